@@ -1,0 +1,58 @@
+"""The ``trojanscope`` command line.
+
+Each package contributes its commands through ``<package>/cli.py: register(app, zoo)``, so this
+module only assembles them and turns :class:`TrojanscopeError` into one line on stderr and a
+non-zero exit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from trojanscope.errors import TrojanscopeError
+
+COMMAND_MODULES = (
+    "trojanscope.rounds.cli",       # zoo make, zoo inspect
+    "trojanscope.models.cli",       # zoo check, zoo export
+    "trojanscope.detectors.cli",    # detect, detect fit, detectors
+    "trojanscope.scoring.cli",      # evaluate, score, report
+    "trojanscope.leaderboard.cli",  # serve
+)
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        name="trojanscope",
+        help="Rebuild the NIST TrojAI trojan-detection challenge: generate rounds of clean and trojaned "
+        "classifiers, detect trojans, score detectors the TrojAI way, and run a leaderboard.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+    )
+    zoo = typer.Typer(help="Generate, inspect, check and export rounds (model zoos).", no_args_is_help=True)
+    app.add_typer(zoo, name="zoo")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        module.register(app, zoo)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    app = build_app()
+    try:
+        app(args=argv, standalone_mode=True)
+    except TrojanscopeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""The detector contract: what a detector may see, and what it returns.
+
+A detector sees exactly what a TrojAI submission sees (``ModelInputs``): the model file, a folder
+of clean example texts, the *reduced* config, and the frozen encoder (tokenizer/embedding paths or
+the encoder named in the reduced config). Never file or folder names with ids, METADATA, stats
+files or the full config. Detectors follow scikit-learn's conventions: ``__init__`` stores
+keyword parameters, ``fit`` sets learned state in attributes ending in ``_``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from trojanscope.registry import Registry
+
+
+@dataclass(frozen=True)
+class ModelInputs:
+    """Everything a detector is given for one model (the TrojAI contract)."""
+
+    model_filepath: Path
+    examples_dirpath: Path | None = None
+    scratch_dirpath: Path | None = None
+    config: dict[str, Any] = field(default_factory=dict)  # reduced config only
+    tokenizer_filepath: Path | None = None
+    embedding_filepath: Path | None = None
+    cls_token_is_first: bool | None = None
+
+
+@dataclass
+class Detection:
+    """One detector's answer for one model."""
+
+    probability: float
+    features: dict[str, float] = field(default_factory=dict)
+
+
+class Detector(ABC):
+    """Base class. Subclasses set ``name``, ``description`` and ``needs``."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    # Any of: "weights", "queries", "gradients", "clean_examples", "encoder".
+    needs: ClassVar[frozenset[str]] = frozenset()
+
+    def fit(self, models: Sequence[ModelInputs], labels: Sequence[int]) -> Detector:
+        """Learn parameters from a training zoo. Default: nothing to learn."""
+        return self
+
+    @abstractmethod
+    def score(self, inputs: ModelInputs) -> Detection:
+        """P(trojaned) for one model, plus the features that produced it."""
+
+    def save(self, path: Path | str) -> None:
+        import joblib
+
+        joblib.dump(self, path)
+
+
+DETECTORS: Registry[type[Detector]] = Registry("detector")

@@ -1,0 +1,71 @@
+"""Atomic file and folder writes: nothing half-written is ever visible under its final name."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_bytes(path: Path | str, data: bytes) -> None:
+    """Write ``data`` to a temp file beside ``path`` and rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: Path | str, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path | str, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+@contextlib.contextmanager
+def atomic_dir(final: Path | str) -> Iterator[Path]:
+    """Yield a temp folder beside ``final``; on success rename it to ``final`` (replacing it).
+
+    On any exception the temp folder is removed, so a crash never leaves a partial ``final``.
+    Temp folders start with ``.tmp-`` so readers can ignore (and resumers delete) leftovers.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".tmp-{final.name}-"))
+    try:
+        yield tmp
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def check_writable_dir(path: Path | str) -> Path:
+    """Create ``path`` if needed and prove it is writable, or raise a one-line error."""
+    from trojanscope.errors import ConfigError
+
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".probe-", delete=True)
+        probe.close()
+    except OSError as exc:
+        raise ConfigError(f"{path}: output folder is not writable ({exc.strerror}); choose another --out") from None
+    return path

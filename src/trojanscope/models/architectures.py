@@ -1,0 +1,123 @@
+"""The classifier heads of TrojAI Rounds 5/6, with the reference attribute names.
+
+Every head reads a tensor ``[N, 1, E]`` (batch, one time step, the encoder's summary vector) and
+returns logits ``[N, C]``. Attribute names (``rnn``, ``linear``, ``dropout``, ``fc_layers``,
+``relu``) match the pickled ``model_factories`` classes so their state dicts load unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from trojanscope.errors import ModelFileError
+
+
+class GruLinearModel(nn.Module):
+    def __init__(self, input_size: int, hidden_size: int, output_size: int, dropout: float,
+                 bidirectional: bool, n_layers: int) -> None:
+        super().__init__()
+        self.rnn = nn.GRU(input_size, hidden_size, num_layers=n_layers, bidirectional=bidirectional,
+                          batch_first=True, dropout=0 if n_layers < 2 else dropout)
+        self.linear = nn.Linear(hidden_size * 2 if bidirectional else hidden_size, output_size)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, data: torch.Tensor) -> torch.Tensor:
+        _, hidden = self.rnn(data)
+        return self.linear(self.dropout(_final_hidden(self.rnn, hidden)))
+
+
+class LstmLinearModel(nn.Module):
+    def __init__(self, input_size: int, hidden_size: int, output_size: int, dropout: float,
+                 bidirectional: bool, n_layers: int) -> None:
+        super().__init__()
+        self.rnn = nn.LSTM(input_size, hidden_size, num_layers=n_layers, bidirectional=bidirectional,
+                           batch_first=True, dropout=0 if n_layers < 2 else dropout)
+        self.linear = nn.Linear(hidden_size * 2 if bidirectional else hidden_size, output_size)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, data: torch.Tensor) -> torch.Tensor:
+        _, (hidden, _cell) = self.rnn(data)
+        return self.linear(self.dropout(_final_hidden(self.rnn, hidden)))
+
+
+def _final_hidden(rnn: nn.RNNBase, hidden: torch.Tensor) -> torch.Tensor:
+    # hidden: [layers * directions, N, H]; the top layer's forward and backward states.
+    if rnn.bidirectional:
+        return torch.cat((hidden[-2, :, :], hidden[-1, :, :]), dim=1)
+    return hidden[-1, :, :]
+
+
+class FCLinearModel(nn.Module):
+    def __init__(self, input_size: int, hidden_size: int, output_size: int, dropout: float,
+                 n_layers: int) -> None:
+        super().__init__()
+        sizes = [input_size] + [hidden_size] * n_layers
+        self.fc_layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True))
+        self.relu = nn.ReLU()
+        self.linear = nn.Linear(hidden_size, output_size)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, data: torch.Tensor) -> torch.Tensor:
+        data = data[:, 0, :]
+        # Some released FCLinearModel pickles carry no ``relu`` module; they used the functional form.
+        act = getattr(self, "relu", None) or torch.relu
+        for layer in self.fc_layers:
+            data = act(layer(data))
+        return self.linear(self.dropout(data))
+
+
+class LinearModel(nn.Module):
+    def __init__(self, input_size: int, output_size: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.linear = nn.Linear(input_size, output_size)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, data: torch.Tensor) -> torch.Tensor:
+        return self.linear(self.dropout(data[:, 0, :]))
+
+
+ARCHITECTURES: dict[str, type[nn.Module]] = {
+    "GruLinear": GruLinearModel,
+    "LstmLinear": LstmLinearModel,
+    "FCLinear": FCLinearModel,
+    "Linear": LinearModel,
+}
+
+
+@dataclass(frozen=True)
+class HeadSpec:
+    """A declarative record of a head: enough to rebuild it before loading weights."""
+
+    architecture: str
+    input_size: int
+    output_size: int
+    hidden_size: int = 256
+    dropout: float = 0.1
+    bidirectional: bool = True
+    n_layers: int = 2
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> HeadSpec:
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ModelFileError(f"architecture record has unknown keys {sorted(unknown)}")
+        return cls(**d)
+
+    def build(self) -> nn.Module:
+        if self.architecture not in ARCHITECTURES:
+            raise ModelFileError(
+                f"unknown model architecture {self.architecture!r}; known: {', '.join(ARCHITECTURES)}"
+            )
+        if self.architecture in ("GruLinear", "LstmLinear"):
+            return ARCHITECTURES[self.architecture](self.input_size, self.hidden_size, self.output_size,
+                                                    self.dropout, self.bidirectional, self.n_layers)
+        if self.architecture == "FCLinear":
+            return FCLinearModel(self.input_size, self.hidden_size, self.output_size, self.dropout, self.n_layers)
+        return LinearModel(self.input_size, self.output_size, self.dropout)

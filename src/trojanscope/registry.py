@@ -1,0 +1,70 @@
+"""A small generic registry for plug-ins (corpora, encoders, detectors, presets, ...).
+
+Entries are either objects or lazy ``"module:attr"`` strings so listing plug-ins never imports
+heavy code. An unknown name answers with the closest matches and the full list.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+from trojanscope.errors import RegistryError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Name → plug-in mapping with lazy import and helpful errors."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, T | str] = {}
+        self._help: dict[str, str] = {}
+
+    def register(self, name: str, obj: T | str | None = None, *, help: str = "") -> Callable[[T], T] | None:
+        """Register ``obj`` under ``name``; without ``obj`` works as a decorator."""
+        if obj is None:
+
+            def deco(o: T) -> T:
+                self._add(name, o, help)
+                return o
+
+            return deco
+        self._add(name, obj, help)
+        return None
+
+    def _add(self, name: str, obj: T | str, help: str) -> None:
+        if name in self._entries and self._entries[name] is not obj:
+            raise ValueError(f"{self.kind} {name!r} is already registered")
+        self._entries[name] = obj
+        if help or name not in self._help:
+            self._help[name] = help
+
+    def get(self, name: str) -> T:
+        if name not in self._entries:
+            close = difflib.get_close_matches(name, self._entries, n=3)
+            hint = f" did you mean {', '.join(close)}?" if close else ""
+            raise RegistryError(
+                f"unknown {self.kind} {name!r};{hint} available: {', '.join(sorted(self._entries)) or 'none'}"
+            )
+        obj = self._entries[name]
+        if isinstance(obj, str) and ":" in obj:
+            module, attr = obj.split(":", 1)
+            obj = getattr(importlib.import_module(module), attr)
+            self._entries[name] = obj
+        return obj  # type: ignore[return-value]
+
+    def help(self, name: str) -> str:
+        return self._help.get(name, "")
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())

@@ -1,0 +1,1 @@
+"""triggers package."""
