@@ -64,8 +64,8 @@ def check_writable_dir(path: Path | str) -> Path:
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".probe-", delete=True)
-        probe.close()
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".probe-", delete=True):
+            pass
     except OSError as exc:
         raise ConfigError(f"{path}: output folder is not writable ({exc.strerror}); choose another --out") from None
     return path

@@ -8,4 +8,16 @@ DETECTORS.register("constant", "trojanscope.detectors.baselines:ConstantDetector
 DETECTORS.register("random", "trojanscope.detectors.baselines:RandomDetector",
                    help="Uniform random probability, seeded per model file contents.")
 
-__all__ = ["DETECTORS", "Detection", "Detector", "ModelInputs"]
+
+
+def load_detector(name: str, params: str | None = None) -> Detector:
+    """An instance of detector ``name``: fitted from a ``params`` file if given, else its shipped
+    parameters (if it has any), else freshly constructed."""
+    cls = DETECTORS.get(name)
+    if params is not None:
+        return cls.load(params)  # type: ignore[attr-defined]
+    default = getattr(cls, "default", None)
+    return default() if callable(default) else cls()
+
+
+__all__ = ["DETECTORS", "Detection", "Detector", "ModelInputs", "load_detector"]

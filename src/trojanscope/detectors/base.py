@@ -56,9 +56,13 @@ class Detector(ABC):
         """P(trojaned) for one model, plus the features that produced it."""
 
     def save(self, path: Path | str) -> None:
-        import joblib
+        """Write learned parameters. Subclasses with learned state override save/load with a safe
+        format (JSON / numpy arrays); parameter files are never unpickled."""
+        raise NotImplementedError(f"{type(self).__name__} has no learned parameters to save")
 
-        joblib.dump(self, path)
+    @classmethod
+    def load(cls, path: Path | str) -> Detector:
+        raise NotImplementedError(f"{cls.__name__} has no learned parameters to load")
 
 
 DETECTORS: Registry[type[Detector]] = Registry("detector")
