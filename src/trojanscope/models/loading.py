@@ -1,25 +1,59 @@
-"""The single entry point for opening a model file. (Issue 5 extends it to TrojAI pickles.)"""
+"""The single entry point for opening a model file: trojanscope's format and TrojAI's pickles alike.
+
+Both go through :func:`~trojanscope.models.safe_pickle.safe_unpickle` (torch's restricted unpickler plus
+an allow-list of the TrojAI classifier classes), so no code named by a file ever runs.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import torch
 from torch import nn
 
 from trojanscope.errors import ModelFileError
+from trojanscope.models.safe_pickle import file_format, safe_unpickle
 from trojanscope.models.store import FORMAT_KEY, head_from_payload
+from trojanscope.models.trojai_format import head_from_pickled, spec_of_head
 
 
-def load_model(path: Path | str) -> nn.Module:
-    """Load a classifier from ``path`` without running code from the file; returns it in eval mode."""
-    path = Path(path)
-    if not path.is_file():
-        raise ModelFileError(f"{path}: model file not found")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any failure of an untrusted file is a ModelFileError
-        raise ModelFileError(f"{path}: not a loadable model file ({type(exc).__name__})") from None
+def _load(path: Path) -> tuple[nn.Module, str]:
+    payload = safe_unpickle(path)
     if isinstance(payload, dict) and FORMAT_KEY in payload:
-        return head_from_payload(payload, path)
-    raise ModelFileError(f"{path}: not a trojanscope model file")
+        return head_from_payload(payload, path), "trojanscope"
+    return head_from_pickled(payload, path), f"trojai-pickle-{file_format(path)}"
+
+
+def load_model(path: Path | str, n_classes: int | None = None) -> nn.Module:
+    """Load a classifier head from ``path`` without running code from the file; returns it in eval mode.
+
+    Reads trojanscope's format (weights + architecture record) and TrojAI Round 5/6 whole-module
+    ``model_factories`` pickles (torch zip or legacy format); the latter come back as trojanscope's own
+    head classes with the same weights. With ``n_classes``, a head whose output width differs is refused.
+    Raises :class:`~trojanscope.errors.ModelFileError` (``UnsafeModelFileError`` for a disallowed global).
+    """
+    path = Path(path)
+    model, _ = _load(path)
+    _check_width(model, n_classes, path)
+    return model
+
+
+def _check_width(model: nn.Module, n_classes: int | None, path: Path) -> None:
+    if n_classes is None:
+        return
+    width = spec_of_head(model).output_size
+    if width != n_classes:
+        raise ModelFileError(
+            f"{path}: model has {width} outputs but the config says number_classes={n_classes}; "
+            "the model file and config.json belong to different models"
+        )
+
+
+def model_info(path: Path | str) -> dict[str, Any]:
+    """Architecture and sizes of a model file, loaded safely: ``format`` (``trojanscope``,
+    ``trojai-pickle-zip`` or ``trojai-pickle-legacy``), ``architecture``, ``input_size``, ``output_size``,
+    ``hidden_size``, ``n_layers``, ``bidirectional``, ``dropout``."""
+    path = Path(path)
+    model, fmt = _load(path)
+    spec = spec_of_head(model)
+    return {"format": fmt, **spec.to_dict()}

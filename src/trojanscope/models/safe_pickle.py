@@ -1,0 +1,186 @@
+"""The allow-list unpickler every model file goes through.
+
+Model files are untrusted: ``torch.load(weights_only=False)`` of a whole-module pickle runs whatever
+callables the pickle names. We read every file with torch's own restricted unpickler
+(``torch.load(weights_only=True)``, zip and legacy formats alike), which by default builds only
+tensors, storages and plain containers, and we extend its allow-list by exactly the classes a TrojAI
+Round 5/6 classifier pickle names (``model_factories.*`` and the ``torch.nn`` layers inside them).
+
+Those classes are not the real ones: each name maps to an inert :class:`PickledModule` stand-in that
+only records the pickled ``__dict__``. No torch or project code runs while unpickling, not even
+``nn.Module.__setstate__``; :mod:`trojanscope.models.trojai_format` then reads the recorded weights and
+sizes and copies them into a freshly built trojanscope head. Any other global stops the load before
+anything is called, with an :class:`~trojanscope.errors.UnsafeModelFileError` that names it.
+"""
+
+from __future__ import annotations
+
+import _compat_pickle
+import pickle
+import re
+import threading
+import types
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any, ClassVar
+
+from trojanscope.errors import ModelFileError, UnsafeModelFileError
+
+# The classes (by pickled name) a TrojAI text-classifier pickle may contain, beyond torch's default
+# tensor allow-list (tensor rebuild functions, storages, OrderedDict, set, Parameter).
+MODEL_FACTORIES_CLASSES = ("GruLinearModel", "LstmLinearModel", "FCLinearModel", "LinearModel")
+TORCH_LAYER_CLASSES = (
+    "torch.nn.modules.rnn.GRU",
+    "torch.nn.modules.rnn.LSTM",
+    "torch.nn.modules.linear.Linear",
+    "torch.nn.modules.dropout.Dropout",
+    "torch.nn.modules.container.ModuleList",
+    "torch.nn.modules.activation.ReLU",
+)
+ALLOWED_MODULE_CLASSES = tuple(f"model_factories.{n}" for n in MODEL_FACTORIES_CLASSES) + TORCH_LAYER_CLASSES
+
+_GLOBAL_RE = re.compile(r"GLOBAL ([\w.]+)")
+# torch's safe_globals list is process-wide; serialise our loads so two threads never race on it.
+_LOCK = threading.Lock()
+
+
+class PickledModule:
+    """Inert stand-in for one pickled ``nn.Module``: its pickled class name and ``__dict__``, no behaviour."""
+
+    pickled_name: ClassVar[str] = ""
+    dump_patches: ClassVar[bool] = False  # read by torch's legacy loader when it compares pickled source
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> PickledModule:  # NEWOBJ passes the pickled args
+        return object.__new__(cls)
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) == 2:  # (dict, slots) form of BUILD
+            state = state[0]
+        if not isinstance(state, dict):
+            raise pickle.UnpicklingError(f"state of {self.pickled_name} is {type(state).__name__}, not a dict")
+        self.state = state
+
+    def __repr__(self) -> str:
+        return f"<pickled {self.pickled_name}>"
+
+
+def _stand_in(full_name: str) -> type[PickledModule]:
+    return type(full_name.rsplit(".", 1)[1], (PickledModule,), {"pickled_name": full_name})
+
+
+_STAND_INS: dict[str, type[PickledModule]] = {name: _stand_in(name) for name in ALLOWED_MODULE_CLASSES}
+
+
+def file_format(path: Path) -> str:
+    """``"zip"`` for torch's zip container (torch >= 1.6 default), else ``"legacy"``."""
+    return "zip" if zipfile.is_zipfile(path) else "legacy"
+
+
+def safe_unpickle(path: Path | str) -> Any:
+    """Unpickle a torch file allowing only tensors, plain containers and TrojAI classifier classes.
+
+    Returns tensors and containers as torch builds them, and :class:`PickledModule` stand-ins where
+    the file pickles a module. Raises :class:`UnsafeModelFileError` naming the first other global
+    (nothing from the file has run), or :class:`ModelFileError` for a truncated or malformed file.
+    """
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFileError(f"{path}: model file not found")
+    if path.stat().st_size == 0:
+        raise ModelFileError(f"{path}: file is empty; re-copy or re-export it")
+    safe = [(cls, name) for name, cls in _STAND_INS.items()]
+    try:
+        if file_format(path) == "zip":
+            with _LOCK, torch.serialization.safe_globals(safe):
+                return torch.load(path, map_location="cpu", weights_only=True, mmap=False)
+        # torch's weights_only unpickler refuses the legacy format's ("module", cls, ...) persistent
+        # ids that whole-module pickles carry, so legacy files go through our restricted pickle module.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch warns that the stand-ins have no source to compare
+            return torch.load(path, map_location="cpu", weights_only=False,
+                              pickle_module=_restricted_pickle_module(path.stat().st_size))
+    except pickle.UnpicklingError as exc:
+        raise _refusal(path, str(exc)) from None
+    except MemoryError:
+        raise ModelFileError(f"{path}: file declares more tensor data than can be allocated; it is corrupt") from None
+    except Exception as exc:  # noqa: BLE001 - any failure on untrusted bytes is a ModelFileError
+        raise ModelFileError(f"{path}: truncated or corrupt model file ({_short(exc)})") from None
+
+
+def _restricted_pickle_module(file_size: int) -> types.ModuleType:
+    """A ``pickle_module`` for ``torch.load`` whose unpickler resolves only allow-listed globals.
+
+    It allows torch's own weights-only globals (tensor rebuild functions, storages, dtypes,
+    OrderedDict, set) plus the stand-ins; and it refuses a file whose storages declare more bytes
+    than the file holds, before torch allocates them.
+    """
+    import torch
+
+    allowed = {**torch._weights_only_unpickler._get_allowed_globals(), **_STAND_INS}
+    declared: dict[Any, int] = {}
+
+    def checked(persistent_load: Any) -> Any:
+        def load(pid: Any) -> Any:
+            kind = torch.serialization._maybe_decode_ascii(pid[0]) if isinstance(pid, tuple) and pid else None
+            if kind == "storage" and len(pid) == 6:
+                _, storage_type, root_key, _location, numel, _view = pid
+                if not isinstance(numel, int) or numel < 0:
+                    raise pickle.UnpicklingError(f"storage size {numel!r} is not a count")
+                declared[root_key] = numel * torch._utils._element_size(storage_type.dtype)
+                if sum(declared.values()) > file_size:
+                    raise pickle.UnpicklingError("storages declare more bytes than the file holds")
+            return persistent_load(pid)
+
+        return load
+
+    class RestrictedUnpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            # Protocol-2 pickles name Python-2 modules (__builtin__.set); pickle's own find_class
+            # maps them, and overriding it means doing the same mapping here.
+            if (module, name) in _compat_pickle.NAME_MAPPING:
+                module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+            module = _compat_pickle.IMPORT_MAPPING.get(module, module)
+            full = f"{module}.{name}"
+            if full in allowed:
+                return allowed[full]
+            raise pickle.UnpicklingError(f"GLOBAL {full} is not allowed")
+
+        def __setattr__(self, key: str, value: Any) -> None:
+            # torch assigns its storage/module resolver here; wrap it with the size check.
+            super().__setattr__(key, checked(value) if key == "persistent_load" else value)
+
+    def load(file: Any, **kwargs: Any) -> Any:
+        return RestrictedUnpickler(file, **kwargs).load()
+
+    module = types.ModuleType("trojanscope_restricted_pickle")
+    module.Unpickler = RestrictedUnpickler  # type: ignore[attr-defined]
+    module.load = load  # type: ignore[attr-defined]
+    module.UnpicklingError = pickle.UnpicklingError  # type: ignore[attr-defined]
+    return module
+
+
+def _refusal(path: Path, message: str) -> ModelFileError:
+    match = _GLOBAL_RE.search(message)
+    if match:
+        name = match.group(1)
+        if "." not in name:  # torch strips the "builtins." prefix from its message
+            name = f"builtins.{name}"
+        return UnsafeModelFileError(
+            f"{path}: refusing to load {name}: model files may only name torch tensors, the torch.nn layers of "
+            "a TrojAI classifier and model_factories classes (nothing from the file was run)"
+        )
+    return ModelFileError(f"{path}: malformed or disallowed pickle content ({_short_text(message)})")
+
+
+def _short(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {_short_text(str(exc))}" if str(exc).strip() else type(exc).__name__
+
+
+def _short_text(text: str, limit: int = 160) -> str:
+    line = " ".join(text.split())
+    # torch appends a long multi-paragraph explanation of weights_only; keep the first sentence.
+    line = line.split(" Please file an issue")[0].split(" WeightsUnpickler error: ")[-1]
+    return line if len(line) <= limit else line[: limit - 3] + "..."
