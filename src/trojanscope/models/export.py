@@ -1,0 +1,58 @@
+"""``trojanscope zoo export --format trojai``: a copy of a zoo that TrojAI-era detectors read unchanged.
+
+Every ``model.pt`` becomes a whole-module pickle of a ``model_factories`` class, and ``model_factories.py``
+is written at the zoo root. A TrojAI detector finds it when the zoo root is on its import path
+(``sys.path.insert(0, ZOO)`` or ``PYTHONPATH=ZOO``) or when the file is copied next to the detector.
+The export is written into a temporary folder and renamed into place, so a crash leaves nothing half-done.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+
+from trojanscope.errors import ConfigError, ModelFileError
+from trojanscope.fsutil import atomic_dir, atomic_write_text
+from trojanscope.models.layout import MODEL_FILE, list_model_dirs, models_root
+from trojanscope.models.loading import load_model
+from trojanscope.models.trojai_format import MODEL_FACTORIES_SOURCE, save_trojai_pickle
+
+EXPORT_FORMATS = ("trojai",)
+
+
+def export_zoo(src: Path | str, dst: Path | str, fmt: str = "trojai", overwrite: bool = False) -> list[Path]:
+    """Copy zoo ``src`` to ``dst`` rewriting each model file in ``fmt``; returns the exported model folders.
+
+    Each exported file is read back through the safe loader and must hold the same weights.
+    """
+    src, dst = Path(src), Path(dst)
+    if fmt not in EXPORT_FORMATS:
+        raise ConfigError(f"unknown export format {fmt!r}; available: {', '.join(EXPORT_FORMATS)}")
+    if dst.exists() and not overwrite:
+        raise ConfigError(f"{dst}: already exists; choose another --out or pass --force to replace it")
+    if dst.resolve() == src.resolve() or src.resolve() in dst.resolve().parents:
+        raise ConfigError(f"{dst}: export target must lie outside the source zoo {src}")
+    model_dirs = list_model_dirs(src)
+    if not model_dirs:
+        raise ConfigError(f"{src}: no model folders with {MODEL_FILE} found; nothing to export")
+    rel_root = models_root(src).relative_to(src)
+    exported = []
+    with atomic_dir(dst) as tmp:
+        shutil.copytree(src, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".tmp-*", f".{MODEL_FILE}.*"))
+        for model_dir in model_dirs:
+            model = load_model(model_dir / MODEL_FILE)
+            out = tmp / rel_root / model_dir.name / MODEL_FILE
+            save_trojai_pickle(model, out)
+            _verify(model, out)
+            exported.append(dst / rel_root / model_dir.name)
+        atomic_write_text(tmp / "model_factories.py", MODEL_FACTORIES_SOURCE)
+    return exported
+
+
+def _verify(model: torch.nn.Module, path: Path) -> None:
+    back = load_model(path).state_dict()
+    for key, value in model.state_dict().items():
+        if key not in back or not torch.equal(back[key], value):
+            raise ModelFileError(f"{path}: exported weights differ from the source at {key}; export aborted")
