@@ -1,0 +1,78 @@
+"""TrojAI whole-module pickles (zip and legacy) load through the allow-list into our heads, bit for bit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from ts_model_fixtures import E, nist_model, save_nist
+
+import trojanscope
+from trojanscope.errors import ModelFileError
+from trojanscope.models import ARCHITECTURES, HeadSpec, load_model, model_info
+from trojanscope.models.store import save_head
+
+KINDS = ["GruLinear", "GruLinearUni", "LstmLinear", "FCLinear", "FCLinearRelu", "Linear"]
+
+
+@pytest.mark.parametrize("fmt", ["zip", "legacy"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_nist_pickle_loads_into_our_class_bit_for_bit(model_factories, tmp_path: Path, kind: str, fmt: str) -> None:
+    original = nist_model(model_factories, kind)
+    path = save_nist(original, tmp_path / "id-00000000" / "model.pt", fmt)
+    loaded = trojanscope.load_model(path)
+    arch = kind.removesuffix("Uni").removesuffix("Relu")
+    assert type(loaded) is ARCHITECTURES[arch]
+    assert not loaded.training
+    x = torch.randn(9, 1, E)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), original(x))
+    info = model_info(path)
+    assert info["format"] == f"trojai-pickle-{fmt}"
+    assert (info["architecture"], info["input_size"], info["output_size"]) == (arch, E, 3)
+
+
+def test_fc_without_relu_really_has_no_activation(model_factories, tmp_path: Path) -> None:
+    # NIST's released FCLinearModel applies no activation; a relu would change the logits.
+    original = nist_model(model_factories, "FCLinear")
+    loaded = load_model(save_nist(original, tmp_path / "m.pt", "zip"))
+    relu_version = ARCHITECTURES["FCLinear"](E, 7, 3, 0.1, 2).eval()
+    relu_version.load_state_dict(loaded.state_dict())
+    x = torch.randn(32, 1, E)
+    with torch.no_grad():
+        assert not torch.equal(relu_version(x), loaded(x))
+
+
+def test_our_format_goes_through_the_same_entry_point(tmp_path: Path) -> None:
+    spec = HeadSpec("GruLinear", E, 4, hidden_size=6)
+    torch.manual_seed(0)
+    model = spec.build().eval()
+    save_head(model, spec, tmp_path / "model.pt")
+    loaded = load_model(tmp_path / "model.pt", n_classes=4)
+    x = torch.randn(5, 1, E)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), model(x))
+    assert model_info(tmp_path / "model.pt") == {"format": "trojanscope", **spec.to_dict()}
+
+
+def test_torch_1_7_style_module_state_loads(model_factories, tmp_path: Path) -> None:
+    # torch 1.7 pickles lack attributes newer torch adds (proj_size, hook dicts); only weights matter to us.
+    original = nist_model(model_factories, "LstmLinear")
+    for attr in ("proj_size", "_forward_pre_hooks_with_kwargs", "_state_dict_pre_hooks"):
+        original.rnn.__dict__.pop(attr, None)
+    path = save_nist(original, tmp_path / "m.pt", "legacy")
+    model_info(path)  # loads without touching the missing attributes
+    original.rnn.proj_size = 0
+    x = torch.randn(4, 1, E)
+    with torch.no_grad():
+        assert torch.equal(load_model(path)(x), original(x))
+
+
+@pytest.mark.parametrize("fmt", ["zip", "legacy"])
+def test_output_width_must_match_class_count(model_factories, tmp_path: Path, fmt: str) -> None:
+    path = save_nist(nist_model(model_factories, "GruLinear", n_classes=3), tmp_path / "m.pt", fmt)
+    load_model(path, n_classes=3)
+    with pytest.raises(ModelFileError, match=r"3 outputs but the config says number_classes=2") as err:
+        load_model(path, n_classes=2)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
