@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -101,7 +102,7 @@ def split_pool(pool: Sequence[str], fractions: Mapping[str, float], seed: int) -
     if not fractions:
         raise ConfigError("split_pool fractions are empty; give e.g. {'train': 0.6, 'test': 0.2, 'holdout': 0.2}")
     for split, frac in fractions.items():
-        if not (isinstance(frac, int | float) and 0 < frac <= 1):
+        if isinstance(frac, bool) or not (isinstance(frac, numbers.Real) and 0 < frac <= 1):
             raise ConfigError(f"split_pool fraction for {split!r} is {frac!r}; use a number in (0, 1]")
     total = sum(fractions.values())
     if not math.isclose(total, 1.0, abs_tol=1e-6):
