@@ -1,0 +1,109 @@
+"""The app factory: ``create_app(settings)`` builds the FastAPI app; nothing connects at import time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from trojanscope.errors import ConfigError, TrojanscopeError
+from trojanscope.leaderboard import archive, services
+from trojanscope.leaderboard.db import make_sessionmaker
+from trojanscope.leaderboard.settings import Settings
+
+JSON_BODY_LIMIT = 64 * 1024
+
+
+def status_for(exc: TrojanscopeError) -> int:
+    """The HTTP status of a service error."""
+    if isinstance(exc, services.NotFoundError):
+        return 404
+    if isinstance(exc, services.ConflictError):
+        return 409
+    if isinstance(exc, services.RateLimitError):
+        return 429
+    if isinstance(exc, archive.UploadError) and "larger than" in str(exc):
+        return 413
+    if isinstance(exc, (archive.UploadError, ConfigError)):
+        return 400
+    return 400
+
+
+class BodySizeLimit:
+    """Refuse request bodies over the limit while they stream in (413), before anything is spooled to disk.
+
+    Uploads (paths with ``submissions``) may use ``max_upload_bytes`` plus room for the form
+    fields; every other request is small JSON or a form.
+    """
+
+    def __init__(self, app: ASGIApp, max_upload_bytes: int) -> None:
+        self.app, self.max_upload = app, max_upload_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_upload + 64 * 1024 if "submissions" in scope["path"] else JSON_BODY_LIMIT
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            await _too_large(send, limit)
+            return
+        seen, refused = 0, False
+
+        async def limited() -> dict:
+            nonlocal seen, refused
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit and not refused:
+                    refused = True
+                    await _too_large(send, limit)  # answer now: the app may wrap our exception into a 400
+                    raise _BodyTooLarge
+            return message
+
+        async def guarded_send(message: dict) -> None:
+            if not refused:  # once refused, the app's own (error) response is dropped
+                await send(message)
+
+        try:
+            await self.app(scope, limited, guarded_send)
+        except Exception:
+            if not refused:
+                raise
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _too_large(send: Send, limit: int) -> None:
+    body = f'{{"detail":"request body is larger than {limit} bytes; make the upload smaller"}}'.encode()
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the service for ``settings`` (default: from ``TROJANSCOPE_*`` variables); creates/upgrades the schema."""
+    from trojanscope.leaderboard.routes import pages, rounds, submissions, teams
+
+    settings = settings or Settings.from_env()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    app = FastAPI(title="trojanscope leaderboard", version="1",
+                  description="TrojAI-style leaderboard: rounds, teams, sandboxed submissions scored by the "
+                              "trojanscope harness. Organiser actions need `Authorization: Bearer <admin token>`; "
+                              "team uploads need the team's token.")
+    app.state.settings = settings
+    app.state.sessionmaker = make_sessionmaker(settings.db_url)
+    app.state.templates_dir = Path(__file__).parent / "templates"
+
+    @app.exception_handler(TrojanscopeError)
+    async def _service_error(_request: Request, exc: TrojanscopeError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=status_for(exc))
+
+    for module in (rounds, teams, submissions, pages):
+        app.include_router(module.router)
+    app.add_middleware(BodySizeLimit, max_upload_bytes=settings.max_upload_bytes)
+    return app

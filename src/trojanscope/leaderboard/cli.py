@@ -1,0 +1,40 @@
+"""``trojanscope serve``: the leaderboard web server plus its worker processes, in one command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer, zoo: typer.Typer) -> None:  # noqa: ARG001 - zoo sub-app unused here
+    """Add ``serve`` to the top-level CLI."""
+
+    @app.command("serve")
+    def serve(
+        db: str = typer.Option("sqlite:///leaderboard.db", "--db", help="Database URL: sqlite:///FILE (default, "
+                               "embedded) or postgresql+psycopg://user@host/db. Created and upgraded on start."),
+        host: str = typer.Option("127.0.0.1", help="Address to listen on; keep 127.0.0.1 unless a reverse proxy "
+                                 "with TLS sits in front."),
+        port: int = typer.Option(8000, min=1, max=65535, help="TCP port."),
+        rounds: Path | None = typer.Option(None, "--rounds", help="rounds.toml, one \"round\" table per "
+                                           "round (name, train, test, holdout, target_ce, time limits) "
+                                           "registered at start; without it the service starts empty "
+                                           "and organisers add rounds by API."),
+        workers: int = typer.Option(1, "--workers", min=0, max=64, help="Worker processes that score submissions "
+                                    "(0: web server only, run workers elsewhere against the same --db)."),
+        data_dir: Path = typer.Option(Path("leaderboard-data"), "--data-dir", help="Where uploads, extracted "
+                                      "submissions and job folders live."),
+    ) -> None:
+        """Run the leaderboard: web pages + HTTP API on HOST:PORT and N scoring workers; Ctrl-C stops them all.
+
+        Organiser actions need TROJANSCOPE_ADMIN_TOKEN set in the environment (never on the command line);
+        other limits are TROJANSCOPE_* variables (docs/leaderboard.md). Example:
+
+          TROJANSCOPE_ADMIN_TOKEN=$(openssl rand -hex 24) trojanscope serve --db sqlite:///lb.db --rounds rounds.toml
+        """
+        from trojanscope.leaderboard.server import run_server
+        from trojanscope.leaderboard.settings import Settings
+
+        settings = Settings.from_env(db_url=db, data_dir=data_dir)
+        run_server(settings, host=host, port=port, rounds=rounds, workers=workers)

@@ -1,0 +1,52 @@
+"""FastAPI dependencies: the settings, a database session per request, and who is asking."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Header, HTTPException, Request
+from sqlalchemy.orm import Session
+
+from trojanscope.leaderboard import security
+from trojanscope.leaderboard.settings import Settings
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    with request.app.state.sessionmaker() as session:
+        yield session
+
+
+def bearer(authorization: Annotated[str | None, Header()] = None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, if any."""
+    if not authorization:
+        return None
+    scheme, _, value = authorization.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+def is_admin(settings: Annotated[Settings, Depends(get_settings)],
+             token: Annotated[str | None, Depends(bearer)]) -> bool:
+    """Whether the request carries the organiser token (never raises: pages use it to decide what to show)."""
+    return security.admin_matches(token, settings.admin_secret())
+
+
+def require_admin(settings: Annotated[Settings, Depends(get_settings)],
+                  token: Annotated[str | None, Depends(bearer)]) -> None:
+    """401 without a token, 403 with a wrong one."""
+    if not token:
+        raise HTTPException(401, "organiser token required: send Authorization: Bearer <TROJANSCOPE_ADMIN_TOKEN>",
+                            headers={"WWW-Authenticate": "Bearer"})
+    if not security.admin_matches(token, settings.admin_secret()):
+        raise HTTPException(403, "this token is not the organiser token")
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+SessionDep = Annotated[Session, Depends(get_session)]
+AdminFlag = Annotated[bool, Depends(is_admin)]
+BearerDep = Annotated[str | None, Depends(bearer)]
+AdminOnly = Depends(require_admin)

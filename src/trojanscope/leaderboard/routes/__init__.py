@@ -1,0 +1,1 @@
+"""One router per resource: rounds, teams, submissions (JSON API) and pages (HTML)."""

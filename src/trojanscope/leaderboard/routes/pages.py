@@ -1,0 +1,104 @@
+"""Server-rendered pages: rounds, leaderboard + upload form, submission detail, team page."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, File, Form, HTTPException, Request, UploadFile
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from trojanscope.errors import TrojanscopeError
+from trojanscope.leaderboard import services
+from trojanscope.leaderboard.app import status_for
+from trojanscope.leaderboard.db import Round, Submission
+from trojanscope.leaderboard.deps import AdminFlag, SessionDep, SettingsDep
+from trojanscope.leaderboard.routes.submissions import accept_upload
+
+router = APIRouter(include_in_schema=False)
+templates = Jinja2Templates(directory=str(Path(__file__).resolve().parents[1] / "templates"))
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+templates.env.filters["fmt"] = _fmt
+
+
+def _render(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
+    return templates.TemplateResponse(request, name, ctx, status_code=status_code)
+
+
+@router.get("/", response_class=HTMLResponse)
+def index(request: Request, s: SessionDep) -> HTMLResponse:
+    rounds = [services.round_view(s, r) for r in s.query(Round).order_by(Round.id.desc())]
+    return _render(request, "index.html", rounds=rounds)
+
+
+def _round_page(request: Request, s: Any, name: str, admin: bool, status_code: int = 200,
+                error: str | None = None) -> HTMLResponse:
+    rnd = services.get_round(s, name)
+    rows = services.leaderboard(s, rnd, include_holdout=rnd.status == "closed" or admin)
+    recent = s.query(Submission).filter_by(round_id=rnd.id).order_by(Submission.id.desc()).limit(20).all()
+    return _render(request, "round.html", status_code, round=services.round_view(s, rnd), rows=rows,
+                   recent=recent, error=error, show_holdout=rnd.status == "closed" or admin)
+
+
+@router.get("/rounds/{name}", response_class=HTMLResponse)
+def round_page(name: str, request: Request, s: SessionDep, admin: AdminFlag) -> HTMLResponse:
+    return _round_page(request, s, name, admin)
+
+
+@router.post("/rounds/{name}/submissions")
+def submit_form(name: str, request: Request, s: SessionDep, settings: SettingsDep, admin: AdminFlag,
+                file: Annotated[UploadFile, File()], token: Annotated[str, Form()] = "") -> Response:
+    """The upload form: on success go to the submission's page, otherwise show the round page with the error."""
+    try:
+        sub = accept_upload(s, settings, name, token.strip() or None, file)
+    except HTTPException as exc:
+        return _round_page(request, s, name, admin, exc.status_code, str(exc.detail))
+    except TrojanscopeError as exc:
+        s.rollback()
+        return _round_page(request, s, name, admin, status_for(exc), str(exc))
+    return RedirectResponse(f"/submissions/{sub.id}", status_code=303)
+
+
+@router.get("/submissions/{sub_id}", response_class=HTMLResponse)
+def submission_page(sub_id: int, request: Request, s: SessionDep, admin: AdminFlag) -> HTMLResponse:
+    sub = services.get_submission(s, sub_id)
+    view = services.submission_view(sub, admin=admin)
+    results = {}
+    for job in sub.jobs:
+        if job.stage != "holdout" or sub.round.status == "closed" or admin:
+            # Neutral names only: which real model a row is stays secret (test labels would leak).
+            results[job.stage] = sorted(job.results, key=lambda r: r.neutral_name)
+    return _render(request, "submission.html", sub=view, results=results, admin=admin)
+
+
+@router.get("/submissions/{sub_id}/report/{stage}")
+def submission_report(sub_id: int, stage: str, s: SessionDep, settings: SettingsDep, admin: AdminFlag) -> Response:
+    """The harness report of one stage: public for the smoke test (train split), organisers only otherwise."""
+    sub = services.get_submission(s, sub_id)
+    job = next((j for j in sub.jobs if j.stage == stage), None)
+    if job is None:
+        raise HTTPException(404, f"submission {sub_id} has no {stage!r} stage")
+    if stage != "smoke" and not admin:
+        raise HTTPException(403, "test and holdout reports name the sequestered models: organiser token required")
+    path = settings.data_dir / "jobs" / str(job.id) / "report" / "report.html"
+    if not path.is_file():
+        raise HTTPException(404, f"no report for submission {sub_id} {stage} yet")
+    return FileResponse(path, media_type="text/html")
+
+
+@router.get("/teams/{name}", response_class=HTMLResponse)
+def team_page(name: str, request: Request, s: SessionDep, admin: AdminFlag) -> HTMLResponse:
+    team = services.get_team(s, name)
+    subs = s.query(Submission).filter_by(team_id=team.id).order_by(Submission.id.desc()).all()
+    return _render(request, "team.html", team=team, subs=[services.submission_view(x, admin=admin) for x in subs])

@@ -1,0 +1,300 @@
+"""What the routes and the CLI do to the database, kept apart from HTTP (routes only map errors to codes)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from trojanscope.errors import ConfigError, TrojanscopeError
+from trojanscope.leaderboard import archive, security
+from trojanscope.leaderboard.db import Job, Round, Submission, Team, utcnow
+from trojanscope.leaderboard.settings import Settings
+
+NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+
+
+class NotFoundError(TrojanscopeError):
+    """No such round, team or submission (HTTP 404)."""
+
+
+class ConflictError(TrojanscopeError):
+    """The request clashes with the current state, e.g. a closed round (HTTP 409)."""
+
+
+class RateLimitError(TrojanscopeError):
+    """A team submitted too often (HTTP 429)."""
+
+
+class RoundIn(BaseModel):
+    """A round as an organiser registers it (API body or one ``[[round]]`` table of rounds.toml)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=NAME_RE)
+    title: str = Field("", max_length=200)
+    train: Path
+    test: Path
+    holdout: Path | None = None
+    target_ce: float | None = Field(None, gt=0)
+    smoke_models: int = Field(10, ge=1, le=1000)
+    model_time_limit_s: float = Field(600.0, gt=0, le=7 * 86400)
+    submission_time_limit_s: float = Field(36 * 3600.0, gt=0, le=30 * 86400)
+    smoke_time_limit_s: float = Field(1800.0, gt=0, le=7 * 86400)
+    status: str = Field("open", pattern="^(pending|open)$")
+
+    @field_validator("train", "test", "holdout")
+    @classmethod
+    def _zoo_exists(cls, v: Path | None) -> Path | None:
+        if v is None:
+            return v
+        from trojanscope.models.layout import list_model_dirs
+
+        v = v.expanduser().resolve()
+        if not v.is_dir():
+            raise ValueError(f"zoo folder {v} does not exist")
+        if not list_model_dirs(v):
+            raise ValueError(f"zoo folder {v} holds no model folders (models/id-*/model.pt)")
+        return v
+
+
+class TeamIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=NAME_RE)
+
+
+def one_line_validation(exc: ValidationError, what: str) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or what
+    return f"{what} field {loc!r}: {err['msg']}"
+
+
+# rounds -----------------------------------------------------------------------------------------
+def get_round(s: Session, name: str) -> Round:
+    rnd = s.scalar(select(Round).where(Round.name == name))
+    if rnd is None:
+        raise NotFoundError(f"round {name!r} does not exist; see GET /api/rounds")
+    return rnd
+
+
+def create_round(s: Session, data: RoundIn) -> Round:
+    if s.scalar(select(Round.id).where(Round.name == data.name)) is not None:
+        raise ConflictError(f"round {data.name!r} already exists; choose another name")
+    rnd = Round(name=data.name, title=data.title or data.name, train_dir=str(data.train), test_dir=str(data.test),
+                holdout_dir=str(data.holdout) if data.holdout else None, target_ce=data.target_ce,
+                smoke_models=data.smoke_models, model_time_limit_s=data.model_time_limit_s,
+                submission_time_limit_s=data.submission_time_limit_s, smoke_time_limit_s=data.smoke_time_limit_s,
+                status=data.status, opened_at=utcnow() if data.status == "open" else None)
+    s.add(rnd)
+    s.commit()
+    return rnd
+
+
+def open_round(s: Session, name: str) -> Round:
+    rnd = get_round(s, name)
+    if rnd.status == "closed":
+        raise ConflictError(f"round {name!r} is closed; register a new round instead of reopening it")
+    rnd.status, rnd.opened_at = "open", rnd.opened_at or utcnow()
+    s.commit()
+    return rnd
+
+
+def close_round(s: Session, name: str, open_next: str | None = None) -> tuple[Round, int]:
+    """Freeze a round, queue the holdout run of each team's best submission, optionally open the next round."""
+    rnd = get_round(s, name)
+    if rnd.status == "closed":
+        raise ConflictError(f"round {name!r} is already closed")
+    nxt = get_round(s, open_next) if open_next else None
+    rnd.status, rnd.closed_at = "closed", utcnow()
+    queued = 0
+    if rnd.holdout_dir:
+        for row in leaderboard(s, rnd, include_holdout=False):
+            s.add(Job(submission_id=row["submission_id"], stage="holdout", priority=2))
+            queued += 1
+    if nxt is not None and nxt.status == "pending":
+        nxt.status, nxt.opened_at = "open", utcnow()
+    s.commit()
+    return rnd, queued
+
+
+def load_rounds_file(s: Session, path: Path) -> list[str]:
+    """Register the ``[[round]]`` tables of a rounds.toml; rounds already in the database are left as they are."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: rounds file not found; pass --rounds FILE or leave it out") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    tables = data.get("round", [])
+    if set(data) - {"round"} or not isinstance(tables, list):
+        raise ConfigError(f"{path}: expected only [[round]] tables (name, train, test, holdout, target_ce, ...)")
+    added = []
+    base = Path(path).resolve().parent
+    for i, table in enumerate(tables):
+        table = dict(table)
+        for key in ("train", "test", "holdout"):  # relative zoo paths are relative to the rounds file
+            if key in table and not Path(str(table[key])).expanduser().is_absolute():
+                table[key] = str(base / table[key])
+        try:
+            spec = RoundIn(**table)
+        except ValidationError as exc:
+            raise ConfigError(f"{path}: [[round]] #{i + 1} {one_line_validation(exc, 'round')}") from None
+        if s.scalar(select(Round.id).where(Round.name == spec.name)) is None:
+            create_round(s, spec)
+            added.append(spec.name)
+    return added
+
+
+# teams --------------------------------------------------------------------------------------------
+def create_team(s: Session, name: str) -> tuple[Team, str]:
+    """A new team and its token (returned once; only its hash is stored)."""
+    if s.scalar(select(Team.id).where(Team.name == name)) is not None:
+        raise ConflictError(f"team {name!r} already exists; choose another name")
+    team = Team(name=name, token_hash="!")
+    s.add(team)
+    s.flush()
+    token = security.new_team_token(team.id)
+    team.token_hash = security.hash_token(token)
+    s.commit()
+    return team, token
+
+
+def get_team(s: Session, name: str) -> Team:
+    team = s.scalar(select(Team).where(Team.name == name))
+    if team is None:
+        raise NotFoundError(f"team {name!r} does not exist")
+    return team
+
+
+def team_for_token(s: Session, token: str) -> Team | None:
+    team_id = security.team_id_from_token(token)
+    team = s.get(Team, team_id) if team_id is not None else None
+    return team if team is not None and security.verify_token(token, team.token_hash) else None
+
+
+# submissions ---------------------------------------------------------------------------------------
+def create_submission(s: Session, settings: Settings, rnd: Round, team: Team, upload: Path,
+                      filename: str) -> Submission:
+    """Validate and unpack an uploaded archive, store it and queue its smoke test, all or nothing."""
+    if rnd.status != "open":
+        raise ConflictError(f"round {rnd.name!r} is {rnd.status}; submissions are accepted only while it is open")
+    _check_rate(s, settings, team)
+    root = settings.data_dir / "submissions"
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
+    try:
+        archive.safe_extract(upload, staging / "files", max_files=settings.max_files,
+                             max_bytes=settings.max_extracted_bytes)
+        command = archive.read_manifest(staging / "files")
+        digest = hashlib.sha256()
+        with upload.open("rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+        shutil.copyfile(upload, staging / ("upload.zip" if archive.archive_kind(upload) == "zip" else "upload.tar.gz"))
+        sub = Submission(round_id=rnd.id, team_id=team.id, filename=_clean_filename(filename),
+                         size_bytes=upload.stat().st_size, sha256=digest.hexdigest(), command=command)
+        s.add(sub)
+        s.flush()
+        _check_rate(s, settings, team, including_new=True)  # under the write lock: concurrent uploads count too
+        s.add(Job(submission_id=sub.id, stage="smoke", priority=0))
+        final = root / str(sub.id)
+        if final.exists():  # a leftover of a rolled-back attempt that reused the id
+            shutil.rmtree(final)
+        os.replace(staging, final)
+        try:
+            s.commit()
+        except BaseException:
+            shutil.rmtree(final, ignore_errors=True)
+            raise
+        return sub
+    except BaseException:
+        s.rollback()
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _check_rate(s: Session, settings: Settings, team: Team, including_new: bool = False) -> None:
+    since = utcnow() - dt.timedelta(seconds=settings.rate_limit_window_s)
+    n = s.scalar(select(func.count(Submission.id)).where(Submission.team_id == team.id,
+                                                         Submission.created_at >= since)) or 0
+    if n - (1 if including_new else 0) >= settings.rate_limit_count:
+        raise RateLimitError(f"team {team.name!r} already made {settings.rate_limit_count} submissions in the last "
+                             f"{settings.rate_limit_window_s:g} s; try again later")
+
+
+def _clean_filename(name: str) -> str:
+    base = re.sub(r"[^A-Za-z0-9._-]", "_", Path(name or "upload").name)[:200]
+    return base or "upload"
+
+
+def get_submission(s: Session, sub_id: int) -> Submission:
+    sub = s.get(Submission, sub_id)
+    if sub is None:
+        raise NotFoundError(f"submission {sub_id} does not exist")
+    return sub
+
+
+def stage_view(job: Job, *, show: bool) -> dict[str, Any]:
+    """A job as shown to readers; ``show=False`` hides scores (holdout before the round closes)."""
+    view: dict[str, Any] = {"stage": job.stage, "status": job.status, "attempts": job.attempts,
+                            "created_at": job.created_at, "finished_at": job.finished_at,
+                            "runtime_s": job.runtime_s, "error": job.error}
+    view["scores"] = (job.scores or {}) if show else None
+    view["hidden"] = not show
+    return view
+
+
+def submission_view(sub: Submission, *, admin: bool) -> dict[str, Any]:
+    closed = sub.round.status == "closed"
+    return {"id": sub.id, "round": sub.round.name, "team": sub.team.name, "filename": sub.filename,
+            "size_bytes": sub.size_bytes, "sha256": sub.sha256, "command": sub.command, "status": sub.status,
+            "message": sub.message, "created_at": sub.created_at,
+            "stages": [stage_view(j, show=j.stage != "holdout" or closed or admin) for j in sub.jobs]}
+
+
+def leaderboard(s: Session, rnd: Round, *, include_holdout: bool) -> list[dict[str, Any]]:
+    """Each team's best (lowest test CE) scored submission, best first; holdout CE when asked for."""
+    rows = s.execute(select(Job, Submission, Team).join(Submission, Job.submission_id == Submission.id)
+                     .join(Team, Submission.team_id == Team.id)
+                     .where(Submission.round_id == rnd.id, Job.status == "done", Job.stage.in_(("test", "holdout")))
+                     ).all()
+    holdout = {sub.id: job for job, sub, _ in rows if job.stage == "holdout"}
+    best: dict[int, dict[str, Any]] = {}
+    for job, sub, team in rows:
+        ce = (job.scores or {}).get("cross_entropy")
+        if job.stage != "test" or ce is None:
+            continue
+        cur = best.get(team.id)
+        if cur is None or (ce, sub.id) < (cur["cross_entropy"], cur["submission_id"]):
+            sc = job.scores
+            best[team.id] = {"team": team.name, "submission_id": sub.id, "cross_entropy": ce,
+                             "cross_entropy_ci95": sc.get("cross_entropy_ci95"), "roc_auc": sc.get("roc_auc"),
+                             "brier": sc.get("brier"), "n": sc.get("n"), "n_ok": sc.get("n_ok"),
+                             "runtime_s": job.runtime_s, "submitted_at": sub.created_at}
+    out = sorted(best.values(), key=lambda r: (r["cross_entropy"], r["submission_id"]))
+    for rank, row in enumerate(out, 1):
+        row["rank"] = rank
+        row["target_met"] = rnd.target_ce is not None and row["cross_entropy"] < rnd.target_ce
+        if include_holdout:
+            h = holdout.get(row["submission_id"])
+            row["holdout_cross_entropy"] = (h.scores or {}).get("cross_entropy") if h else None
+    return out
+
+
+def round_view(s: Session, rnd: Round) -> dict[str, Any]:
+    counts = dict(s.execute(select(Submission.status, func.count(Submission.id))
+                            .where(Submission.round_id == rnd.id).group_by(Submission.status)).all())
+    return {"name": rnd.name, "title": rnd.title, "status": rnd.status, "target_ce": rnd.target_ce,
+            "smoke_models": rnd.smoke_models, "model_time_limit_s": rnd.model_time_limit_s,
+            "submission_time_limit_s": rnd.submission_time_limit_s, "smoke_time_limit_s": rnd.smoke_time_limit_s,
+            "opened_at": rnd.opened_at, "closed_at": rnd.closed_at, "has_holdout": rnd.holdout_dir is not None,
+            "submissions": counts}

@@ -1,0 +1,359 @@
+"""Workers: claim jobs from the database queue and run them through the scoring harness.
+
+A job is one stage of one submission (``smoke`` on the first N train models, ``test`` on the
+sequestered split, ``holdout`` after a round closes). Claiming is atomic (``UPDATE ... WHERE
+status='queued' AND id=?`` with a rowcount check; ``FOR UPDATE SKIP LOCKED`` on PostgreSQL), a
+heartbeat thread extends the job's lease, and a job whose lease expired (worker killed) is put
+back in the queue. A re-run resumes from the harness's ``results.csv``, so no model is scored
+twice; the final per-model rows are stored under a unique (job, model) key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime as dt
+import fcntl
+import hashlib
+import io
+import math
+import os
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from trojanscope.errors import TrojanscopeError
+from trojanscope.leaderboard import sandbox
+from trojanscope.leaderboard.db import Job, ModelResult, Submission, make_sessionmaker, utcnow
+from trojanscope.leaderboard.settings import Settings
+from trojanscope.models.layout import list_model_dirs, read_ground_truth
+
+DEFAULT_P = 0.5
+
+
+class WorkerStopped(BaseException):  # noqa: N818 - BaseException so harness code cannot swallow it
+    """Raised in the worker's main thread on SIGINT/SIGTERM: the job goes back to the queue."""
+
+
+@dataclass
+class Scoring:
+    """The harness functions a worker calls; tests inject fakes, production uses :func:`harness_scoring`."""
+
+    evaluate: Callable[..., Any]
+    score_all: Callable[[Any, Any], dict[str, Any]]
+    write_report: Callable[..., Any] | None = None
+
+
+def harness_scoring() -> Scoring:
+    """The real scoring harness (``trojanscope.scoring``)."""
+    from trojanscope.scoring.harness import evaluate
+    from trojanscope.scoring.metrics import score_all
+
+    try:
+        from trojanscope.scoring.report import write_report
+    except ImportError:  # the report module is optional for scoring
+        write_report = None
+    return Scoring(evaluate=evaluate, score_all=score_all, write_report=write_report)
+
+
+def read_results(path: Path) -> dict[str, dict[str, Any]]:
+    """Rows of a harness ``results.csv`` by model name (first row wins; a torn last line is ignored)."""
+    rows: dict[str, dict[str, Any]] = {}
+    if not path.is_file():
+        return rows
+    with path.open(newline="", encoding="utf-8") as fh:
+        for rec in csv.DictReader(fh):
+            try:
+                row = {"probability": float(rec["probability"]), "status": rec["status"] or "",
+                       "reason": rec.get("reason") or "", "seconds": float(rec.get("seconds") or 0.0)}
+            except (TypeError, ValueError, KeyError):
+                continue
+            rows.setdefault(rec["model_name"], row)
+    return rows
+
+
+def _json_number(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _json_number(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_number(x) for x in v]
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+class Worker:
+    """One worker: ``run_forever()`` in a process of its own, or ``run_until_idle()`` in tests."""
+
+    def __init__(self, settings: Settings, scoring: Scoring | None = None, *, worker_id: str | None = None,
+                 session_factory: sessionmaker | None = None) -> None:
+        self.settings = settings
+        self._scoring = scoring
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
+        self.Session = session_factory or make_sessionmaker(settings.db_url)
+        self.stop = threading.Event()
+        self._lost = threading.Event()
+
+    @property
+    def scoring(self) -> Scoring:
+        if self._scoring is None:
+            self._scoring = harness_scoring()
+        return self._scoring
+
+    # queue ------------------------------------------------------------------------------------
+    def requeue_stale(self, session: Session) -> int:
+        """Put jobs whose lease expired back in the queue (or fail them after ``max_attempts``)."""
+        now = utcnow()
+        stale = session.scalars(select(Job).where(Job.status == "running", Job.lease_until < now)).all()
+        for job in stale:
+            if job.attempts >= self.settings.max_attempts:
+                job.status, job.finished_at = "failed", now
+                job.error = f"worker lost {job.attempts} times while running this job; giving up"
+                job.submission.status, job.submission.message = "failed", job.error
+            else:
+                job.status, job.worker_id, job.lease_until = "queued", None, None
+        session.commit()
+        return len(stale)
+
+    def claim(self) -> int | None:
+        """Atomically take the next queued job; returns its id or ``None`` when the queue is empty."""
+        with self.Session() as s:
+            self.requeue_stale(s)
+            now = utcnow()
+            lease = now + dt.timedelta(seconds=self.settings.lease_s)
+            query = select(Job.id).where(Job.status == "queued").order_by(Job.priority, Job.id).limit(8)
+            if s.get_bind().dialect.name == "postgresql":
+                query = query.with_for_update(skip_locked=True)
+            for job_id in s.scalars(query).all():
+                res = s.execute(update(Job).where(Job.id == job_id, Job.status == "queued").values(
+                    status="running", worker_id=self.worker_id, lease_until=lease, attempts=Job.attempts + 1,
+                    started_at=func.coalesce(Job.started_at, now)))
+                if res.rowcount == 1:
+                    job = s.get(Job, job_id)
+                    if job.stage == "smoke":
+                        job.submission.status = "smoke"
+                    s.commit()
+                    return job_id
+            s.commit()
+        return None
+
+    def _heartbeat(self, job_id: int, done: threading.Event) -> None:
+        while not done.wait(self.settings.heartbeat_s):
+            with self.Session() as s:
+                res = s.execute(update(Job).where(Job.id == job_id, Job.worker_id == self.worker_id,
+                                                  Job.status == "running").values(
+                    lease_until=utcnow() + dt.timedelta(seconds=self.settings.lease_s)))
+                s.commit()
+            if res.rowcount != 1:
+                self._lost.set()
+                return
+
+    def release(self, job_id: int) -> None:
+        """Give a job back to the queue after a clean stop (not counted as an attempt)."""
+        with self.Session() as s:
+            s.execute(update(Job).where(Job.id == job_id, Job.worker_id == self.worker_id,
+                                        Job.status == "running").values(
+                status="queued", worker_id=None, lease_until=None, attempts=Job.attempts - 1))
+            s.commit()
+
+    # loop ---------------------------------------------------------------------------------------
+    def run_until_idle(self, max_jobs: int = 1000) -> int:
+        """Run jobs until none is queued; returns how many ran (for tests and one-shot use)."""
+        n = 0
+        while n < max_jobs and (job_id := self.claim()) is not None:
+            self.run_job(job_id)
+            n += 1
+        return n
+
+    def run_forever(self) -> None:
+        """Poll the queue until SIGINT/SIGTERM; an interrupted job returns to the queue."""
+        def _stop(_sig: int, _frame: Any) -> None:
+            self.stop.set()
+            raise WorkerStopped
+
+        signal.signal(signal.SIGINT, _stop)
+        signal.signal(signal.SIGTERM, _stop)
+        job_id = None
+        try:
+            while not self.stop.is_set():
+                job_id = self.claim()
+                if job_id is None:
+                    self.stop.wait(self.settings.poll_s)
+                    continue
+                self.run_job(job_id)
+                job_id = None
+        except WorkerStopped:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the hand-back short
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            if job_id is not None:
+                sandbox.kill_tagged(self.tag(job_id))
+                self.release(job_id)
+
+    def tag(self, job_id: int) -> str:
+        # Stable across restarts (a resumed job must find its predecessor's leftovers) and per install.
+        install = hashlib.sha256(str(self.settings.data_dir.resolve()).encode()).hexdigest()[:10]
+        return f"job{job_id}-{install}"
+
+    # one job ------------------------------------------------------------------------------------
+    def run_job(self, job_id: int) -> None:
+        """Run (or resume) one claimed job to completion and record its results."""
+        self._lost.clear()
+        done = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(job_id, done), daemon=True)
+        beat.start()
+        try:
+            self._run_job(job_id)
+        except TrojanscopeError as exc:
+            self._fail(job_id, str(exc))
+        finally:
+            done.set()
+            beat.join()
+
+    def _run_job(self, job_id: int) -> None:
+        with self.Session() as s:
+            job = s.get(Job, job_id)
+            sub, rnd = job.submission, job.submission.round
+            zoo = Path({"smoke": rnd.train_dir, "test": rnd.test_dir, "holdout": rnd.holdout_dir or ""}[job.stage])
+            model_dirs = list_model_dirs(zoo)
+            if job.stage == "smoke":
+                model_dirs = model_dirs[: rnd.smoke_models]
+            if job.model_map is None:
+                job.model_map = sandbox.make_model_map(model_dirs)
+                s.commit()
+            model_map = [list(x) for x in job.model_map]
+            command, stage = sub.command, job.stage
+            per_model = rnd.model_time_limit_s
+            budget = rnd.smoke_time_limit_s if stage == "smoke" else rnd.submission_time_limit_s
+            files = self.settings.data_dir / "submissions" / str(sub.id) / "files"
+        source = {p.name: p for p in model_dirs}
+        job_dir = self.settings.data_dir / "jobs" / str(job_id)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        tag = self.tag(job_id)
+        with (job_dir / "lock").open("w") as lock:
+            # A second worker on this machine that somehow got the same job waits here instead of
+            # appending to the same results.csv; the kernel drops the lock if this process dies.
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            sandbox.kill_tagged(tag)  # leftovers of an interrupted attempt
+            neutral_root = job_dir / "models"
+            neutral = sandbox.materialise_models(model_map, source, neutral_root)
+            sandbox.link_assets(zoo, neutral_root)
+            work = sandbox.copy_submission(files, job_dir / "work")
+            out = job_dir / "out"
+            env = sandbox.sandbox_env(work, tag)
+            results_csv = out / "results.csv"
+            for model in neutral:
+                if self._lost.is_set():
+                    return  # another worker owns the job now; it will finish it
+                rows = read_results(results_csv)
+                if model.name in rows:
+                    continue
+                remaining = budget - sum(r["seconds"] for r in rows.values())
+                if remaining <= 0:
+                    break
+                limit = min(per_model, remaining)
+                argv = sandbox.jailed_command(
+                    command, env, cpu_seconds=math.ceil(per_model * (os.cpu_count() or 1)) + 5,
+                    memory_bytes=self.settings.memory_bytes, max_processes=self.settings.max_processes,
+                    file_size_bytes=self.settings.file_size_bytes)
+                try:
+                    self.scoring.evaluate(neutral_root, out, command=argv, models=[model], time_limit_s=limit,
+                                          env=env, cwd=work, seed=job_id, progress=False, workers=1)
+                finally:
+                    sandbox.kill_tagged(tag)
+            self._finish(job_id, model_map, source, read_results(results_csv), job_dir, zoo)
+
+    def _finish(self, job_id: int, model_map: list[list[str]], source: dict[str, Path],
+                rows: dict[str, dict[str, Any]], job_dir: Path, zoo: Path) -> None:
+        records = []
+        for neutral, real in model_map:
+            row = rows.get(neutral) or {"probability": DEFAULT_P, "status": "not_run",
+                                        "reason": "the submission's time budget ran out before this model",
+                                        "seconds": 0.0}
+            records.append((neutral, real, row, read_ground_truth(source[real])))
+        labelled = [(gt, r["probability"]) for _, _, r, gt in records if gt is not None]
+        scores = self.scoring.score_all([y for y, _ in labelled], [p for _, p in labelled]) if labelled else {}
+        scores = _json_number(dict(scores))
+        scores["n_models"] = len(records)
+        scores["n_ok"] = sum(r["status"] == "ok" for _, _, r, _ in records)
+        runtime = float(sum(r["seconds"] for _, _, r, _ in records))
+        with self.Session() as s:
+            job = s.get(Job, job_id)
+            if job.status != "running" or job.worker_id != self.worker_id:
+                return  # lease lost: the owner records the results, not us
+            s.query(ModelResult).filter(ModelResult.job_id == job_id).delete()
+            for neutral, real, row, gt in records:
+                s.add(ModelResult(job_id=job_id, model_name=real, neutral_name=neutral, probability=row["probability"],
+                                  status=row["status"], reason=row["reason"][:500], seconds=row["seconds"],
+                                  ground_truth=None if gt is None else bool(gt)))
+            job.status, job.scores, job.runtime_s, job.finished_at = "done", scores, runtime, utcnow()
+            job.lease_until = None
+            sub = job.submission
+            if job.stage == "smoke":
+                if scores["n_ok"] == 0:
+                    first = next((r["reason"] for _, _, r, _ in records if r["reason"]), "no result")
+                    sub.status = "smoke_failed"
+                    sub.message = f"smoke test: no model produced a valid answer (first reason: {first[:200]})"
+                else:
+                    sub.status = "scoring"
+                    s.add(Job(submission_id=sub.id, stage="test", priority=1))
+            elif job.stage == "test":
+                sub.status = "scored"
+            s.commit()
+        self._write_report(job_dir, records, scores, zoo)
+
+    def _write_report(self, job_dir: Path, records: list, scores: dict[str, Any], zoo: Path) -> None:
+        """The harness report over de-neutralised results (organiser view); best effort."""
+        if self.scoring.write_report is None:
+            return
+        from trojanscope.fsutil import atomic_write_json, atomic_write_text
+
+        report = job_dir / "report"
+        report.mkdir(exist_ok=True)
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(["model_name", "probability", "status", "reason", "seconds"])
+        for _, real, row, _ in records:
+            writer.writerow([real, repr(row["probability"]), row["status"], row["reason"], f"{row['seconds']:.4f}"])
+        atomic_write_text(report / "results.csv", buf.getvalue())
+        atomic_write_json(report / "scores.json", scores)
+        with contextlib.suppress(Exception):  # a report failure must never lose a scored job
+            self.scoring.write_report(report, zoo)
+
+    def _fail(self, job_id: int, message: str) -> None:
+        with self.Session() as s:
+            job = s.get(Job, job_id)
+            if job.worker_id != self.worker_id:
+                return
+            job.status, job.error, job.finished_at, job.lease_until = "failed", message[:1000], utcnow(), None
+            sub = s.get(Submission, job.submission_id)
+            if job.stage != "holdout":
+                sub.status, sub.message = "failed", message[:1000]
+            s.commit()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m trojanscope.leaderboard.worker [--scoring module:attr]``: one worker, settings from the env."""
+    import argparse
+    import importlib
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--scoring", default=None, help="module:attr of a Scoring object (tests only)")
+    args = parser.parse_args(argv)
+    scoring = None
+    if args.scoring:
+        module, attr = args.scoring.split(":")
+        scoring = getattr(importlib.import_module(module), attr)
+    Worker(Settings.from_env(), scoring).run_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Fixtures: the tiny zoos (built once), settings with a temp DB, a TestClient, round/team setup."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from trojanscope.leaderboard.settings import Settings
+
+from .helpers import ADMIN, admin, make_zoo, round_body
+
+
+@pytest.fixture(scope="session")
+def zoos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """train (6 models), test (6, reduced configs) and holdout (4) zoos, built once."""
+    root = tmp_path_factory.mktemp("zoos")
+    return {"train": make_zoo(root / "train", 6, seed=1), "test": make_zoo(root / "test", 6, seed=2, reduced=True),
+            "holdout": make_zoo(root / "holdout", 4, seed=3, reduced=True)}
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(db_url=f"sqlite:///{tmp_path / 'lb.db'}", data_dir=tmp_path / "data", admin_token=ADMIN,
+                    lease_s=30, heartbeat_s=0.5, poll_s=0.1, rate_limit_count=50)
+
+
+@pytest.fixture
+def client(settings: Settings):  # type: ignore[no-untyped-def]
+    from fastapi.testclient import TestClient
+
+    from trojanscope.leaderboard.app import create_app
+
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+@pytest.fixture
+def setup_round(client, zoos) -> Callable[..., dict[str, str]]:  # type: ignore[no-untyped-def]
+    """Register a round and teams; returns {team name: token}."""
+    def _setup(teams: tuple[str, ...] = ("alpha",), **round_kw: object) -> dict[str, str]:
+        r = client.post("/api/rounds", json=round_body(zoos, **round_kw), headers=admin())
+        assert r.status_code == 201, r.text
+        tokens = {}
+        for t in teams:
+            r = client.post("/api/teams", json={"name": t}, headers=admin())
+            assert r.status_code == 201, r.text
+            tokens[t] = r.json()["token"]
+        return tokens
+    return _setup
