@@ -1,0 +1,81 @@
+"""Our zoo -> export --format trojai -> plain torch.load with the exported model_factories.py -> same logits."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from ts_model_fixtures import E
+
+from trojanscope.cli import main
+from trojanscope.errors import ConfigError
+from trojanscope.models import load_model, model_info
+from trojanscope.models.export import export_zoo
+from trojanscope.models.layout import list_model_dirs
+
+# What a TrojAI-era detector does: put model_factories on the path and torch.load the whole module.
+DETECTOR = """
+import json, sys, torch
+zoo, x_path = sys.argv[1], sys.argv[2]
+sys.path.insert(0, zoo)
+x = torch.load(x_path, weights_only=True)
+out = {}
+for name in json.loads(sys.argv[3]):
+    model = torch.load(f"{zoo}/models/{name}/model.pt", weights_only=False)
+    assert type(model).__module__ == "model_factories", type(model)
+    model.eval()
+    with torch.no_grad():
+        out[name] = model(x).tolist()
+print(json.dumps(out))
+"""
+
+
+def test_round_trip_through_a_trojai_detector(tiny_zoo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "exported"
+    exported = export_zoo(tiny_zoo, out)
+    assert [p.name for p in exported] == [p.name for p in list_model_dirs(tiny_zoo)]
+    assert (out / "model_factories.py").is_file() and (out / "METADATA.csv").is_file()
+    torch.manual_seed(1)
+    x = torch.randn(6, 1, E)
+    torch.save(x, tmp_path / "x.pt")
+    names = [p.name for p in exported]
+    result = subprocess.run([sys.executable, "-c", DETECTOR, str(out), str(tmp_path / "x.pt"), json.dumps(names)],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    logits = json.loads(result.stdout)
+    for name in names:
+        ours = load_model(tiny_zoo / "models" / name / "model.pt")
+        with torch.no_grad():
+            assert torch.equal(torch.tensor(logits[name]), ours(x)), name
+        # and the exported file reads back safely into the same head
+        back = load_model(out / "models" / name / "model.pt")
+        with torch.no_grad():
+            assert torch.equal(back(x), ours(x))
+        assert model_info(out / "models" / name / "model.pt")["format"] == "trojai-pickle-zip"
+        assert (out / "models" / name / "clean_example_data").is_dir()
+
+
+def test_export_refuses_existing_target_and_unknown_format(tiny_zoo: Path, tmp_path: Path) -> None:
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(ConfigError, match="already exists"):
+        export_zoo(tiny_zoo, tmp_path / "taken")
+    with pytest.raises(ConfigError, match="unknown export format 'onnx'"):
+        export_zoo(tiny_zoo, tmp_path / "new", fmt="onnx")
+    with pytest.raises(ConfigError, match="outside the source zoo"):
+        export_zoo(tiny_zoo, tiny_zoo / "inside")
+    assert not (tmp_path / "new").exists()
+
+
+def test_export_of_a_zoo_with_an_unsafe_file_leaves_nothing(tiny_zoo: Path, tmp_path: Path, capsys) -> None:
+    bad = tiny_zoo / "models" / "id-00000002" / "model.pt"
+    bad.write_bytes(b"\x80\x02cos\nsystem\nX\x04\x00\x00\x00trueq\x00\x85q\x01Rq\x02.")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["zoo", "export", str(tiny_zoo), "--out", str(tmp_path / "exp")])
+    assert exit_info.value.code != 0
+    assert "refusing to load os.system" in capsys.readouterr().err
+    assert not (tmp_path / "exp").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
