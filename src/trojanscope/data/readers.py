@@ -142,8 +142,12 @@ def read_blitzer(root: Path) -> list[Sample]:
                 continue
             if label != (polarity == "positive"):
                 raise DataError(f"{where}: review {number} is rated {rating.strip()} but filed as {polarity}")  # type: ignore[union-attr]
-            # Bodies are HTML-escaped; \x1a (SUB) marks an accented letter lost upstream ("na\x1ave").
-            text = clean_text(html.unescape(body).replace("\x1a", "\ufffd"))
+            # Bodies are HTML-escaped, a few twice ("&amp;quot;", "&#60;br /&#62;"); \x1a (SUB) marks an
+            # accented letter lost upstream ("na\x1ave").
+            text = html.unescape(body)
+            if "&" in text:
+                text = html.unescape(text)
+            text = clean_text(text.replace("\x1a", "\ufffd"))
             if text:
                 found.append(((domain, polarity == "positive", number), Sample(text, label, f"blitzer:{domain}")))
     if not found:
