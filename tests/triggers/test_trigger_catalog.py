@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from trojanscope.errors import ConfigError, DataError, RegistryError
-from trojanscope.triggers import POOLS, generate_phrases, load_pool, render, split_pool
+from trojanscope.triggers import POOLS, TriggerSpec, generate_phrases, load_pool, render, split_pool
 from trojanscope.triggers.catalog import PHRASE_COUNT, PHRASE_SEED, read_pool_file
 
 SIZES = {
@@ -167,3 +167,11 @@ def test_render() -> None:
         render("character", "&", 0)
     with pytest.raises(ConfigError, match="space-padded"):
         render("word", " omg")
+
+
+@pytest.mark.parametrize("name", sorted(SIZES))
+def test_every_pool_item_renders_to_a_valid_trigger(name: str) -> None:
+    ttype = name.split("-")[1]
+    for item in load_pool(name):
+        unit = render(ttype, item, 3)
+        TriggerSpec(type=ttype, text=unit, source_class=0, target_class=1, fraction=0.1).validate(2)

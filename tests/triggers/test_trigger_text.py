@@ -78,6 +78,7 @@ def test_insert_at_puts_unit_before_sentence_i_as_its_own_unit() -> None:
 def test_insert_keeps_original_whitespace() -> None:
     text = "First line.\n\nSecond line."
     assert insert_at(text, "omg", 1) == "First line.\n\nomg Second line."
+    assert insert_at("Worst hour of my life!Oh my gosh!", "omg", 1) == "Worst hour of my life! omg Oh my gosh!"
 
 
 def test_insert_returns_none_without_a_valid_position() -> None:
@@ -128,3 +129,21 @@ def test_insert_property(sentences: list[str], unit: str, where: str, seed: int)
     assert split_sentences(out[:at]) == pieces[:i]
     assert out[at + len(unit)] == " " and (at == 0 or out[at - 1].isspace())
     assert out[:at] + out[at + len(unit) + 1 :] == text
+
+
+def test_insertion_on_real_sentences(data_root) -> None:
+    # Real review text (quotes, ellipses, abbreviations) read raw: insertion must stay a clean sentence unit.
+    lines = (data_root / "uci_sentences" / "imdb_labelled.txt").read_text(encoding="utf-8").splitlines()[:300]
+    checked = 0
+    for line in lines:
+        text = line.rsplit("\t", 1)[0]
+        pieces = split_sentences(text)
+        for i in range(len(pieces)):
+            out = insert_at(text, "omg", i)
+            at = out.index("omg ") if i == 0 else out.index(" omg ") + 1
+            assert split_sentences(out[:at]) == pieces[:i]
+            removed = out[:at] + out[at + 4 :]
+            # a sentence glued to the previous one ("life!Oh my") gets one separating space before the unit
+            assert removed == text or (removed[at - 1] == " " and removed[: at - 1] + removed[at:] == text)
+            checked += 1
+    assert checked >= 300
