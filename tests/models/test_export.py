@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -34,6 +35,30 @@ print(json.dumps(out))
 """
 
 
+def test_export_reads_back_with_plain_torch_load_in_process(tiny_zoo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "exported"
+    export_zoo(tiny_zoo, out)
+    spec = importlib.util.spec_from_file_location("model_factories", out / "model_factories.py")
+    module = importlib.util.module_from_spec(spec)
+    previous = sys.modules.get("model_factories")
+    sys.modules["model_factories"] = module
+    try:
+        spec.loader.exec_module(module)
+        x = torch.randn(5, 1, E)
+        for model_dir in list_model_dirs(out):
+            theirs = torch.load(model_dir / "model.pt", weights_only=False)  # trusted: we just wrote it
+            ours = load_model(tiny_zoo / "models" / model_dir.name / "model.pt")
+            assert type(theirs) is getattr(module, type(theirs).__name__)
+            with torch.no_grad():
+                assert torch.equal(theirs.eval()(x), ours(x))
+    finally:
+        if previous is None:
+            sys.modules.pop("model_factories", None)
+        else:
+            sys.modules["model_factories"] = previous
+
+
+@pytest.mark.slow
 def test_round_trip_through_a_trojai_detector(tiny_zoo: Path, tmp_path: Path) -> None:
     out = tmp_path / "exported"
     exported = export_zoo(tiny_zoo, out)
