@@ -11,7 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from trojanscope.data import CORPORA, class_names, clean_text, label_counts, load_corpus, readers, star_label
+from trojanscope.data import (
+    CORPORA,
+    balance,
+    class_names,
+    clean_text,
+    dedupe,
+    label_counts,
+    load_corpus,
+    readers,
+    split,
+    star_label,
+)
 from trojanscope.data._io import tar_members
 from trojanscope.errors import DataError
 
@@ -81,6 +92,16 @@ def test_amazon_stars_and_labels(corpora: dict, data_root: Path) -> None:
         "amazon:AMAZON_FASHION", "amazon:All_Beauty", "amazon:Appliances", "amazon:Gift_Cards",
         "amazon:Magazine_Subscriptions",
     }
+
+
+def test_amazon_pipeline_dedupe_balance_split(corpora: dict) -> None:
+    unique = dedupe(corpora["amazon"])  # 5-core repeats texts across product variants; 2 carry both labels
+    assert label_counts(unique) == {0: 312, 1: 4_927}
+    balanced = balance(unique, seed=0)
+    assert label_counts(balanced) == {0: 312, 1: 312}
+    parts = split(balanced, {"train": 0.8, "test": 0.2}, seed=0)
+    assert {k: label_counts(v) for k, v in parts.items()} == {"train": {0: 250, 1: 250}, "test": {0: 62, 1: 62}}
+    assert not {s.text for s in parts["train"]} & {s.text for s in parts["test"]}
 
 
 def test_blitzer(corpora: dict) -> None:
