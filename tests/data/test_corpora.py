@@ -7,12 +7,14 @@ import io
 import json
 import tarfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from trojanscope.data import (
     CORPORA,
+    Sample,
     balance,
     class_names,
     clean_text,
@@ -26,12 +28,13 @@ from trojanscope.data import (
 from trojanscope.data._io import tar_members
 from trojanscope.errors import DataError
 
-# -- the real corpora, each parsed once for the module ---------------------------------------------------------------
+# -- the real corpora, each parsed once per process -----------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def corpora(data_root: Path) -> dict:
-    return {name: load_corpus(name, data_root) for name in CORPORA}
+def corpus(data_root: Path) -> Callable[[str], list[Sample]]:
+    """Read lazily: load_corpus parses each corpus once per process, so a filtered run reads only what it needs."""
+    return lambda name: load_corpus(name, data_root)
 
 
 def _by(samples, *fields) -> Counter:
@@ -43,8 +46,8 @@ def test_registry_names() -> None:
 
 
 @pytest.mark.parametrize("name", ["amazon", "blitzer", "dynasent", "imdb", "sst", "sst2", "uci"])
-def test_every_corpus_contract(corpora: dict, name: str) -> None:
-    samples = corpora[name]
+def test_every_corpus_contract(corpus: Callable[[str], list[Sample]], name: str) -> None:
+    samples = corpus(name)
     n_classes = len(class_names(name))
     assert samples
     assert all(s.text for s in samples)
@@ -55,14 +58,15 @@ def test_every_corpus_contract(corpora: dict, name: str) -> None:
     assert {s.split for s in samples} <= {"", "train", "dev", "test"}
 
 
-def test_load_corpus_is_cached_but_returns_fresh_lists(corpora: dict, data_root: Path) -> None:
+def test_load_corpus_is_cached_but_returns_fresh_lists(corpus: Callable[[str], list[Sample]], data_root: Path) -> None:
     again = load_corpus("uci", data_root)
-    assert again == corpora["uci"] and again is not corpora["uci"]
+    first = corpus("uci")
+    assert again == first and again is not first
     assert readers.read_uci(data_root) == again  # the uncached reader gives the same order: deterministic
 
 
-def test_imdb(corpora: dict, data_root: Path) -> None:
-    imdb = corpora["imdb"]
+def test_imdb(corpus: Callable[[str], list[Sample]], data_root: Path) -> None:
+    imdb = corpus("imdb")
     assert len(imdb) == 50_000
     assert _by(imdb, "split", "label") == {(p, y): 12_500 for p in ("train", "test") for y in (0, 1)}
     assert not any("<br" in s.text.lower() for s in imdb)
@@ -78,14 +82,14 @@ def test_imdb(corpora: dict, data_root: Path) -> None:
     assert [s.split for s in imdb] == ["train"] * 25_000 + ["test"] * 25_000
 
 
-def test_amazon_stars_and_labels(corpora: dict, data_root: Path) -> None:
+def test_amazon_stars_and_labels(corpus: Callable[[str], list[Sample]], data_root: Path) -> None:
     records = readers.read_amazon_stars(data_root)
     assert len(records) == 16_041  # 16,069 lines, 28 without a review text
     unique = set(records)  # the README counts unique (category, text, stars)
     assert len(unique) == 5_811
     assert Counter(int(stars) for _, stars, _ in unique) == {1: 157, 2: 158, 3: 353, 4: 675, 5: 4_468}
     stars = Counter(int(stars) for _, stars, _ in records)
-    amazon = corpora["amazon"]
+    amazon = corpus("amazon")
     assert label_counts(amazon) == {0: stars[1] + stars[2], 1: stars[4] + stars[5]}
     assert len(amazon) == 16_041 - stars[3]
     assert {s.source for s in amazon} == {
@@ -94,8 +98,8 @@ def test_amazon_stars_and_labels(corpora: dict, data_root: Path) -> None:
     }
 
 
-def test_amazon_pipeline_dedupe_balance_split(corpora: dict) -> None:
-    unique = dedupe(corpora["amazon"])  # 5-core repeats texts across product variants; 2 carry both labels
+def test_amazon_pipeline_dedupe_balance_split(corpus: Callable[[str], list[Sample]]) -> None:
+    unique = dedupe(corpus("amazon"))  # 5-core repeats texts across product variants; 2 carry both labels
     assert label_counts(unique) == {0: 312, 1: 4_927}
     balanced = balance(unique, seed=0)
     assert label_counts(balanced) == {0: 312, 1: 312}
@@ -104,24 +108,24 @@ def test_amazon_pipeline_dedupe_balance_split(corpora: dict) -> None:
     assert not {s.text for s in parts["train"]} & {s.text for s in parts["test"]}
 
 
-def test_blitzer(corpora: dict) -> None:
-    blitzer = corpora["blitzer"]
+def test_blitzer(corpus: Callable[[str], list[Sample]]) -> None:
+    blitzer = corpus("blitzer")
     domains = ("books", "dvd", "electronics", "kitchen_&_housewares")
     assert _by(blitzer, "source", "label") == {(f"blitzer:{d}", y): 1_000 for d in domains for y in (0, 1)}
     bad = [s.text for s in blitzer if "&quot;" in s.text or "&#60;" in s.text or "\x1a" in s.text]
     assert not bad, "HTML entities (some escaped twice upstream) and SUB bytes must be decoded"
 
 
-def test_dynasent(corpora: dict) -> None:
-    dyn = corpora["dynasent"]
+def test_dynasent(corpus: Callable[[str], list[Sample]]) -> None:
+    dyn = corpus("dynasent")
     assert class_names("dynasent") == ("negative", "neutral", "positive")
     expected = {("dynasent:r1", p, y): 1_200 for p in ("dev", "test") for y in range(3)}
     expected |= {("dynasent:r2", p, y): 240 for p in ("dev", "test") for y in range(3)}
     assert _by(dyn, "source", "split", "label") == expected  # round files carry no null gold labels
 
 
-def test_sst(corpora: dict) -> None:
-    sst = corpora["sst"]
+def test_sst(corpus: Callable[[str], list[Sample]]) -> None:
+    sst = corpus("sst")
     assert _by(sst, "split", "label") == {
         ("train", 0): 3_310, ("train", 1): 3_610, ("dev", 0): 428, ("dev", 1): 444, ("test", 0): 912, ("test", 1): 909,
     }
@@ -129,10 +133,10 @@ def test_sst(corpora: dict) -> None:
     assert not any(tok in s.text for s in sst for tok in ("-LRB-", "-RRB-", "``", "''", "\\/"))
 
 
-def test_sst2_and_uci(corpora: dict) -> None:
-    assert Counter(s.split for s in corpora["sst2"]) == {"train": 60_614, "dev": 6_735, "test": 872}
+def test_sst2_and_uci(corpus: Callable[[str], list[Sample]]) -> None:
+    assert Counter(s.split for s in corpus("sst2")) == {"train": 60_614, "dev": 6_735, "test": 872}
     expected = {(f"uci:{k}", y): 500 for k in ("amazon", "imdb", "yelp") for y in (0, 1)}
-    assert _by(corpora["uci"], "source", "label") == expected
+    assert _by(corpus("uci"), "source", "label") == expected
 
 
 def test_star_rule() -> None:

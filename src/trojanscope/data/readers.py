@@ -131,9 +131,9 @@ def read_blitzer(root: Path) -> list[Sample]:
         domain, polarity = m.groups()
         where = f"{path}:{name}"
         for number, record in enumerate(_REVIEW.findall(decode(data, where)), 1):
-            rating, body = _field(record, "rating"), _field(record, "review_text")
+            rating, body = (_field(record, "rating") or "").strip(), _field(record, "review_text")
             try:
-                label = star_label(float(rating or ""))
+                label = star_label(float(rating))
             except ValueError:
                 raise DataError(f"{where}: review {number} has rating {rating!r}, expected a star count") from None
             if body is None:
@@ -141,7 +141,7 @@ def read_blitzer(root: Path) -> list[Sample]:
             if label is None:
                 continue
             if label != (polarity == "positive"):
-                raise DataError(f"{where}: review {number} is rated {rating.strip()} but filed as {polarity}")  # type: ignore[union-attr]
+                raise DataError(f"{where}: review {number} is rated {rating} but filed as {polarity}")
             # Bodies are HTML-escaped, a few twice ("&amp;quot;", "&#60;br /&#62;"); \x1a (SUB) marks an
             # accented letter lost upstream ("na\x1ave").
             text = html.unescape(body)
