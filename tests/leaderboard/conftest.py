@@ -14,16 +14,16 @@ from .helpers import ADMIN, admin, make_zoo, round_body
 
 @pytest.fixture(scope="session")
 def zoos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """train (6 models), test (6, reduced configs) and holdout (4) zoos, built once."""
+    """train (4 models), test (4, reduced configs) and holdout (2) zoos, built once."""
     root = tmp_path_factory.mktemp("zoos")
-    return {"train": make_zoo(root / "train", 6, seed=1), "test": make_zoo(root / "test", 6, seed=2, reduced=True),
-            "holdout": make_zoo(root / "holdout", 4, seed=3, reduced=True)}
+    return {"train": make_zoo(root / "train", 4, seed=1), "test": make_zoo(root / "test", 4, seed=2, reduced=True),
+            "holdout": make_zoo(root / "holdout", 2, seed=3, reduced=True)}
 
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return Settings(db_url=f"sqlite:///{tmp_path / 'lb.db'}", data_dir=tmp_path / "data", admin_token=ADMIN,
-                    lease_s=30, heartbeat_s=0.5, poll_s=0.1, rate_limit_count=50)
+                    lease_s=30, heartbeat_s=0.5, poll_s=0.1, rate_limit_count=4, max_upload_bytes=300_000)
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Preparing and policing the folder a submission runs in.
 
 What the worker does for every job (see docs/leaderboard.md, "Sandbox"):
-- copies the models to neutral names (``id-00000000``...) in a shuffled order, with only
+- copies the models to neutral names (``m-00000``...) in a shuffled order, with only
   ``model.pt``, the reduced ``config.json`` and the clean examples: no ``ground_truth.csv``,
   ``METADATA.csv``, poisoned examples, statistics or original ids;
 - runs the detector in a fresh copy of the submission's files, through :mod:`trojanscope.leaderboard.jail`
@@ -28,14 +28,14 @@ from pathlib import Path
 from trojanscope.fsutil import atomic_dir
 from trojanscope.models.layout import find_examples_dir, read_config, reduce_config
 
-NEUTRAL_PREFIX = "id-"
+NEUTRAL_PREFIX = "m-"
 
 
 def make_model_map(model_dirs: list[Path]) -> list[list[str]]:
     """``[[neutral_name, real_name], ...]`` in a shuffled run order (OS randomness, not a seed teams can guess)."""
     names = [p.name for p in model_dirs]
     random.Random(secrets.randbits(64)).shuffle(names)
-    return [[f"{NEUTRAL_PREFIX}{i:08d}", real] for i, real in enumerate(names)]
+    return [[f"{NEUTRAL_PREFIX}{i:05d}", real] for i, real in enumerate(names)]
 
 
 def materialise_models(model_map: list[list[str]], source: dict[str, Path], dest: Path) -> list[Path]:

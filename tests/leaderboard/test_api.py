@@ -1,0 +1,171 @@
+"""HTTP API: organiser-only actions, team auth, upload limits and validation; bad requests store nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from trojanscope.errors import ConfigError
+from trojanscope.leaderboard.db import SCHEMA_VERSION, Job, SchemaVersion, Submission, Team, make_sessionmaker
+
+from .helpers import ADMIN, admin, round_body, submission_bytes, upload
+
+
+def _stored(client) -> tuple[int, int, list[str]]:  # type: ignore[no-untyped-def]
+    """(submissions, jobs, folders under data/submissions) as they are now."""
+    app = client.app
+    with app.state.sessionmaker() as s:
+        n_sub = s.scalar(select(func.count(Submission.id)))
+        n_job = s.scalar(select(func.count(Job.id)))
+    root = app.state.settings.data_dir / "submissions"
+    return n_sub, n_job, sorted(p.name for p in root.iterdir()) if root.exists() else []
+
+
+def test_openapi_lists_submission_post(client) -> None:  # type: ignore[no-untyped-def]
+    paths = client.get("/openapi.json").json()["paths"]
+    posts = [p for p, ops in paths.items() if "post" in ops and "submissions" in p]
+    assert posts == ["/api/rounds/{round_name}/submissions"]
+
+
+@pytest.mark.parametrize("headers,code", [({}, 401), ({"Authorization": "Bearer wrong"}, 403),
+                                          ({"Authorization": "Basic " + ADMIN}, 401)])
+def test_organiser_only_actions(client, zoos, headers, code) -> None:  # type: ignore[no-untyped-def]
+    assert client.post("/api/rounds", json=round_body(zoos), headers=headers).status_code == code
+    assert client.post("/api/teams", json={"name": "x"}, headers=headers).status_code == code
+    assert client.get("/api/jobs", headers=headers).status_code == code
+    assert client.get("/api/rounds").json() == []
+    with client.app.state.sessionmaker() as s:
+        assert s.scalar(select(func.count(Team.id))) == 0
+    # and with the right token it works, and closing is organiser-only too
+    assert client.post("/api/rounds", json=round_body(zoos), headers=admin()).status_code == 201
+    assert client.post("/api/rounds/r1/close", headers=headers).status_code == code
+    assert client.get("/api/rounds/r1").json()["status"] == "open"
+
+
+def test_team_token_shown_once_and_stored_hashed(client, setup_round) -> None:  # type: ignore[no-untyped-def]
+    tokens = setup_round(("alpha",))
+    with client.app.state.sessionmaker() as s:
+        stored = s.scalar(select(Team.token_hash))
+    assert tokens["alpha"] not in stored and stored.startswith("scrypt$")
+    assert "token" not in client.get("/api/teams/alpha").json()
+    assert client.post("/api/teams", json={"name": "alpha"}, headers=admin()).status_code == 409
+
+
+@pytest.mark.parametrize("token", [None, "wrong", "ts_1_" + "A" * 43, "ts_999_" + "A" * 43])
+def test_bad_team_token_stores_nothing(client, setup_round, token) -> None:  # type: ignore[no-untyped-def]
+    setup_round()
+    r = upload(client, token, submission_bytes())
+    assert r.status_code == (401 if token is None else 403), r.text
+    assert _stored(client) == (0, 0, [])
+
+
+def test_good_upload_queues_smoke_job(client, setup_round) -> None:  # type: ignore[no-untyped-def]
+    tokens = setup_round()
+    r = upload(client, tokens["alpha"], submission_bytes(fmt="tar.gz"), filename="../../x y.tgz")
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["status"] == "queued" and body["command"] == "python detector.py"
+    assert body["filename"] == "x_y.tgz"
+    assert [s["stage"] for s in body["stages"]] == ["smoke"]
+    assert _stored(client) == (1, 1, [str(body["id"])])
+    # the form field works as well as the header
+    r = client.post("/api/rounds/r1/submissions", data={"token": tokens["alpha"]},
+                    files={"file": ("s.zip", submission_bytes(), "application/zip")})
+    assert r.status_code == 201
+
+
+def test_oversized_upload_is_413_and_stores_nothing(client, setup_round, settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    tokens = setup_round()
+    big = submission_bytes(extra={"weights.bin": __import__("os").urandom(settings.max_upload_bytes + 10)})
+    r = upload(client, tokens["alpha"], big)
+    assert r.status_code == 413
+    assert _stored(client) == (0, 0, [])
+    assert not list(settings.data_dir.glob(".upload-*"))
+
+
+@pytest.mark.parametrize("data,code", [
+    (b"", 400), (b"not an archive", 400), (b"PK\x03\x04broken", 400),
+    (submission_bytes(manifest=""), 400),  # empty manifest: no command
+    (submission_bytes(extra={"../escape.py": b"x"}), 400)])
+def test_malformed_uploads_are_4xx(client, setup_round, data, code) -> None:  # type: ignore[no-untyped-def]
+    tokens = setup_round()
+    r = upload(client, tokens["alpha"], data)
+    assert r.status_code == code, r.text
+    assert "detail" in r.json() and "\n" not in r.json()["detail"]
+    assert _stored(client) == (0, 0, [])
+
+
+def test_missing_file_field_is_422(client, setup_round) -> None:  # type: ignore[no-untyped-def]
+    tokens = setup_round()
+    r = client.post("/api/rounds/r1/submissions", headers={"Authorization": f"Bearer {tokens['alpha']}"})
+    assert r.status_code == 422
+
+
+def test_rate_limit(client, setup_round, settings) -> None:  # type: ignore[no-untyped-def]
+    tokens = setup_round(("alpha", "beta"))
+    n = settings.rate_limit_count
+    codes = [upload(client, tokens["alpha"], submission_bytes()).status_code for _ in range(n + 2)]
+    assert codes == [201] * settings.rate_limit_count + [429, 429]
+    assert upload(client, tokens["beta"], submission_bytes()).status_code == 201  # per team
+    assert _stored(client)[0] == settings.rate_limit_count + 1
+
+
+def test_round_validation_and_lifecycle(client, zoos, setup_round, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    bad = [round_body(zoos, name="Bad Name!"), round_body(zoos, train=str(tmp_path / "nope")),
+           round_body(zoos, train=str(tmp_path)), round_body(zoos, target_ce=-1), round_body(zoos, smoke_models=0),
+           round_body(zoos, model_time_limit_s=0), {**round_body(zoos), "shell": "rm -rf /"}]
+    for body in bad:
+        r = client.post("/api/rounds", json=body, headers=admin())
+        assert r.status_code == 422, body
+    assert client.post("/api/rounds", json=[1, 2], headers=admin()).status_code == 422
+    tokens = setup_round(name="r1")
+    r = client.post("/api/rounds", json=round_body(zoos, name="r2", status="pending"), headers=admin())
+    assert r.status_code == 201
+    assert upload(client, tokens["alpha"], submission_bytes(), round_name="r2").status_code == 409  # not open
+    assert upload(client, tokens["alpha"], submission_bytes(), round_name="nope").status_code == 404
+    r = client.post("/api/rounds/r1/close", params={"open_next": "r2"}, headers=admin())
+    assert r.status_code == 200 and r.json()["status"] == "closed"
+    assert client.get("/api/rounds/r2").json()["status"] == "open"
+    assert upload(client, tokens["alpha"], submission_bytes(), round_name="r1").status_code == 409  # closed
+    assert client.post("/api/rounds/r1/close", headers=admin()).status_code == 409
+    assert client.post("/api/rounds/r1/open", headers=admin()).status_code == 409
+
+
+def test_json_body_size_limit(client) -> None:  # type: ignore[no-untyped-def]
+    r = client.post("/api/teams", content=b"{" + b" " * 200_000 + b"}",
+                    headers={**admin(), "content-type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_no_admin_token_configured_means_no_organiser(tmp_path, zoos) -> None:  # type: ignore[no-untyped-def]
+    from fastapi.testclient import TestClient
+
+    from trojanscope.leaderboard.app import create_app
+    from trojanscope.leaderboard.settings import Settings
+
+    app = create_app(Settings(db_url=f"sqlite:///{tmp_path / 'x.db'}", data_dir=tmp_path / "d"))
+    with TestClient(app) as c:
+        assert c.post("/api/rounds", json=round_body(zoos), headers={"Authorization": "Bearer "}).status_code == 401
+        assert c.post("/api/rounds", json=round_body(zoos), headers=admin()).status_code == 403
+
+
+def test_schema_version_recorded_and_newer_db_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path / 'v.db'}"
+    maker = make_sessionmaker(url)
+    with maker() as s:
+        assert s.get(SchemaVersion, 1).version == SCHEMA_VERSION
+        s.get(SchemaVersion, 1).version = SCHEMA_VERSION + 1
+        s.commit()
+    with pytest.raises(ConfigError, match="newer than this trojanscope"):
+        make_sessionmaker(url)
+
+
+def test_settings_from_env_and_bad_values() -> None:
+    from trojanscope.leaderboard.settings import Settings
+
+    s = Settings.from_env({"TROJANSCOPE_MAX_UPLOAD_BYTES": "1234", "TROJANSCOPE_ADMIN_TOKEN": "t"}, db_url="sqlite://")
+    assert s.max_upload_bytes == 1234 and s.admin_secret() == "t" and s.db_url == "sqlite://"
+    with pytest.raises(ConfigError, match="TROJANSCOPE_MAX_UPLOAD_BYTES"):
+        Settings.from_env({"TROJANSCOPE_MAX_UPLOAD_BYTES": "-5"})
