@@ -172,3 +172,18 @@ def test_real_encoder_through_the_cache(minilm, tmp_path):
     np.testing.assert_array_equal(warm, cold[::-1])  # served from the cache: bit-identical
     assert (stats.hits, stats.misses, stats.encoded) == (2, 2, 2)
     assert cache.count(minilm.fingerprint) == 2
+
+
+def test_first_stored_vector_wins_for_every_caller(tmp_path):
+    cache = EmbeddingCache(tmp_path / "e.sqlite")
+
+    class RacingEncoder(CountingEncoder):
+        def encode(self, texts, batch_size=64, progress=False):
+            out = super().encode(texts)
+            # another process stores "a" (from a different batch) while this one is still encoding
+            cache.put_many(self.fingerprint, ["a"], out[:1] + 1e-6)
+            return out
+
+    out = encode_cached(RacingEncoder(), ["a", "b"], cache)
+    np.testing.assert_array_equal(out[0], fake_vector("a") + 1e-6)
+    np.testing.assert_array_equal(out[1], fake_vector("b"))

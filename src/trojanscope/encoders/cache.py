@@ -175,9 +175,9 @@ def encode_cached(
 ) -> np.ndarray:
     """``encoder.encode(texts)`` through ``cache``: only unseen texts reach the encoder, each once.
 
-    Results come back in input order. Since each text is encoded once per fingerprint and then
-    served from the cache, tiny batch-composition effects on float results never differ between
-    runs that share the cache.
+    Results come back in input order. A text's vector can differ by ~1e-6 with the batch it was
+    encoded in (padding changes the matrix shapes); with a cache each text is encoded once per
+    fingerprint and every caller, in any process, gets the first stored vector bit for bit.
     """
     if isinstance(texts, str):
         raise TypeError("texts must be a sequence of strings, not one string; wrap it in a list")
@@ -201,9 +201,13 @@ def encode_cached(
     if missing:
         miss_texts = [unique[j] for j in missing]
         fresh = encoder.encode(miss_texts, batch_size=batch_size, progress=progress)
-        vectors[missing] = fresh
         if cache is not None:
             cache.put_many(encoder.fingerprint, miss_texts, fresh)
+            # Another process may have stored a text first (from a differently composed batch, so up to
+            # ~1e-6 apart); return what the cache holds so every caller sees the same bits.
+            stored = cache.get_many(encoder.fingerprint, miss_texts)
+            fresh = np.stack([stored.get(k, fresh[k]) for k in range(len(miss_texts))])
+        vectors[missing] = fresh
     if stats is not None:
         stats.hits += len(hits)
         stats.misses += len(missing)
