@@ -280,6 +280,12 @@ def test_corrupt_archives_name_the_path(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"aclImdb_v1\.tar\.gz: corrupt tar archive"):
         readers.read_imdb(tmp_path)
     _targz(tarball, {"aclImdb/train/pos/1_9.txt": b"fine"})
+    raw = bytearray(gzip.decompress(tarball.read_bytes()))
+    raw[10] ^= 1  # one flipped bit in the member name: the header checksum no longer matches
+    tarball.write_bytes(gzip.compress(bytes(raw)))
+    with pytest.raises(DataError, match=r"aclImdb_v1\.tar\.gz: corrupt tar header at byte 0"):
+        readers.read_imdb(tmp_path)
+    _targz(tarball, {"aclImdb/train/pos/1_9.txt": b"fine"})
     tarball.write_bytes(tarball.read_bytes()[:-20])  # truncated: gzip end-of-stream and CRC missing
     with pytest.raises(DataError, match=r"aclImdb_v1\.tar\.gz: corrupt or truncated gzip"):
         readers.read_imdb(tmp_path)
