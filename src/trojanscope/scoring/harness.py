@@ -1,0 +1,207 @@
+"""``evaluate()``: run one detector over a zoo and score it the TrojAI way.
+
+The harness knows only the detector *contract* (a registered name or a command line), never a
+concrete detector. Models run in an order shuffled by ``seed`` from neutral copies; each answer
+is appended to ``<out>/results.csv`` as it arrives, so rerunning the same call after an
+interruption scores only the models still missing. At the end it writes ``scores.json``
+(metrics over the models with ground truth) and ``run.json`` (the settings, for the report).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from trojanscope.errors import ConfigError, LayoutError
+from trojanscope.fsutil import atomic_write_json, check_writable_dir
+from trojanscope.models.layout import MODEL_FILE, list_model_dirs
+from trojanscope.scoring._worker import load_detector_spec
+from trojanscope.scoring.metrics import score_all
+from trojanscope.scoring.results import Outcome, ResultsLog, ground_truth_table
+from trojanscope.scoring.runner import InProcessRunner, ResourceLimits, SubprocessRunner, Task
+
+__all__ = ["EvaluationResult", "ResourceLimits", "evaluate", "scores_for"]
+
+
+@dataclass
+class EvaluationResult:
+    """What :func:`evaluate` produced: the run folder, one row per model, and the headline scores."""
+
+    out: Path
+    results: pd.DataFrame   # model_name, probability, status, reason, seconds, ground_truth (Int64, <NA> if unknown)
+    scores: dict[str, Any]  # metrics.score_all over models with ground truth, plus n_failed, missing_ground_truth
+
+
+def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, params: Path | str | None = None,
+             command: str | Sequence[str] | None = None, workers: int = 1, time_limit_s: float = 600.0,
+             models: Sequence[Path] | None = None, limits: ResourceLimits | None = None,
+             env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
+             seed: int = 0, progress: bool = True) -> EvaluationResult:
+    """Run a detector over ``zoo`` (or the subset ``models``) and score it; resumes an interrupted run.
+
+    Exactly one of ``detector`` (a registered name, optionally with a ``params`` file) or
+    ``command`` (a command line, split with :func:`shlex.split`, run once per model with the
+    TrojAI arguments appended) must be given. A crash, timeout, missing, unparsable, NaN or
+    out-of-range answer scores p = 0.5 and is recorded with its reason.
+    """
+    zoo = Path(zoo)
+    out = check_writable_dir(out)
+    if (detector is None) == (command is None):
+        raise ConfigError("give exactly one of --detector NAME or --command \"CMD\"")
+    if workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {workers}")
+    if not time_limit_s > 0:
+        raise ConfigError(f"--time-limit must be positive, got {time_limit_s}")
+    model_dirs = _select_models(zoo, models)
+    argv = _resolve_command(command, cwd) if command is not None else None
+    if detector is not None:
+        _check_detector(detector, params)
+
+    settings = {"zoo": str(zoo.resolve()), "detector": detector, "params": str(params) if params else None,
+                "command": argv, "seed": seed}
+    _check_same_run(out, settings)
+    log = ResultsLog(out / "results.csv")
+    names = [d.name for d in model_dirs]
+    todo = [Task(d.name, d) for d in model_dirs if d.name not in log.rows]
+    random.Random(seed).shuffle(todo)
+
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    run_info = {**settings, "workers": workers, "time_limit_s": time_limit_s, "n_models": len(names),
+                "models": names if models is not None else None, "cwd": str(cwd) if cwd else None,
+                "limits": limits.__dict__ if limits else None, "env_keys": sorted(env) if env else [],
+                "started": started, "finished": None, "python": sys.version.split()[0],
+                "platform": platform.platform(), "cpus": os.cpu_count()}
+    atomic_write_json(out / "run.json", run_info)  # written first so a resumed run can be checked against it
+    t0 = time.perf_counter()
+    if todo:
+        (out / "logs").mkdir(exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix="trojanscope-eval-"))
+        bar = _progress_bar(len(names), len(names) - len(todo), detector or (argv or [""])[0], progress)
+        failures = 0
+
+        def on_outcome(outcome: Outcome) -> None:
+            nonlocal failures
+            log.append(outcome)
+            failures += outcome.status != "ok"
+            if bar is not None:
+                bar.set_postfix_str(f"failed {failures}", refresh=False)
+                bar.update(1)
+
+        try:
+            if argv is not None:
+                runner: Any = SubprocessRunner(argv, zoo=zoo, scratch=scratch, log_dir=out / "logs", workers=workers,
+                                               time_limit_s=time_limit_s, limits=limits, env=env,
+                                               cwd=Path(cwd) if cwd else None)
+            else:
+                runner = InProcessRunner(detector, str(params) if params else None, zoo=zoo, scratch=scratch,
+                                         log_dir=out / "logs", workers=workers, time_limit_s=time_limit_s, env=env)
+            runner.run(todo, on_outcome)
+        finally:
+            if bar is not None:
+                bar.close()
+            shutil.rmtree(scratch, ignore_errors=True)
+    wall = time.perf_counter() - t0
+
+    results = log.frame(names)
+    truth = ground_truth_table(model_dirs)
+    results["ground_truth"] = pd.array([truth[n] for n in results["model_name"]], dtype="Int64")
+    scores = scores_for(results)
+    atomic_write_json(out / "scores.json", scores)
+    atomic_write_json(out / "run.json", {**run_info, "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+                                         "wall_seconds_this_session": round(wall, 3),
+                                         "models_run_this_session": len(todo)})
+    return EvaluationResult(out=out, results=results, scores=scores)
+
+
+def scores_for(results: pd.DataFrame) -> dict[str, Any]:
+    """``score_all`` over the rows with ground truth, plus failure counts and the unlabelled names."""
+    labelled = results[results["ground_truth"].notna()]
+    scores = score_all(labelled["ground_truth"].astype(int).to_numpy(), labelled["probability"].to_numpy(float))
+    scores["n_models"] = int(len(results))
+    scores["n_failed"] = int((results["status"] != "ok").sum())
+    scores["failures"] = {k: int(v) for k, v in results.loc[results["status"] != "ok", "status"].value_counts().items()}
+    scores["missing_ground_truth"] = sorted(results.loc[results["ground_truth"].isna(), "model_name"])
+    scores["mean_seconds"] = float(np.mean(results["seconds"])) if len(results) else float("nan")
+    return scores
+
+
+def _select_models(zoo: Path, models: Sequence[Path] | None) -> list[Path]:
+    if models is None:
+        dirs = list_model_dirs(zoo)
+        if not dirs:
+            raise LayoutError(f"{zoo}: no model folders with {MODEL_FILE} (expected {zoo}/models/id-*/{MODEL_FILE})")
+        return dirs
+    dirs = [Path(m) for m in models]
+    bad = [str(d) for d in dirs if not (d / MODEL_FILE).is_file()]
+    if bad:
+        raise LayoutError(f"{bad[0]}: not a model folder (no {MODEL_FILE})")
+    names = [d.name for d in dirs]
+    if len(set(names)) != len(names):
+        raise ConfigError("models= names the same model folder twice")
+    if not dirs:
+        raise ConfigError("models= is empty; nothing to score")
+    return dirs
+
+
+def _resolve_command(command: str | Sequence[str], cwd: Path | str | None) -> list[str]:
+    argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
+    if not argv:
+        raise ConfigError("--command is empty; give the detector's command line, e.g. \"python my_detector.py\"")
+    exe = argv[0]
+    if os.sep in exe:
+        path = Path(exe) if Path(exe).is_absolute() or cwd is None else Path(cwd) / exe
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ConfigError(f"detector command {exe!r} does not exist or is not executable")
+    elif shutil.which(exe) is None:
+        raise ConfigError(f"detector command {exe!r} not found on PATH; give a full path or fix --command")
+    return argv
+
+
+def _check_detector(detector: str, params: Path | str | None) -> None:
+    from trojanscope.detectors import DETECTORS
+
+    if ":" in detector and detector not in DETECTORS:
+        load_detector_spec(detector, None)  # a "module:Class" plug-in: fail here, before workers start
+    else:
+        DETECTORS.get(detector)  # an unknown name answers with close matches before any worker starts
+    if params is not None and not Path(params).is_file():
+        raise ConfigError(f"{params}: detector parameter file not found")
+
+
+def _check_same_run(out: Path, settings: dict[str, Any]) -> None:
+    """Resuming into a folder that holds another detector's results would mix two runs."""
+    import json
+
+    path = out / "run.json"
+    if not (out / "results.csv").is_file() or not path.is_file():
+        return
+    try:
+        previous = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return
+    for key in ("zoo", "detector", "params", "command"):
+        if previous.get(key) != settings[key]:
+            raise ConfigError(f"{out} holds a run with a different {key} ({previous.get(key)!r}); "
+                              "choose another --out or delete that folder")
+
+
+def _progress_bar(total: int, done: int, label: str, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=done, desc=f"evaluate {label}", unit="model", file=sys.stderr)

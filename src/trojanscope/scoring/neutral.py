@@ -1,0 +1,96 @@
+"""Neutral copies: what a detector is shown of one model, with nothing that leaks its identity.
+
+Each model is copied to ``<scratch>/<random token>/`` holding only ``model.pt``,
+``clean_example_data/`` and the *reduced* ``config.json``; never ``ground_truth.csv``,
+METADATA, stats, logs, poisoned examples or the full config. The token is drawn from
+:mod:`secrets`, so neither the model id nor the run order can be read from the path. Files are
+copied, not linked, so a detector that writes to its inputs cannot damage the zoo.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trojanscope.models.layout import MODEL_FILE, find_examples_dir, read_config, reduce_config
+
+EXAMPLES_NAME = "clean_example_data"
+
+
+@dataclass
+class NeutralCopy:
+    """The paths handed to a detector for one model (see the TrojAI contract)."""
+
+    root: Path
+    model_filepath: Path
+    examples_dirpath: Path | None
+    scratch_dirpath: Path
+    result_filepath: Path
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cls_token_is_first(self) -> bool | None:
+        value = self.config.get("cls_token_is_first")
+        return None if value is None else bool(value)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def make_neutral_copy(model_dir: Path, scratch_root: Path) -> NeutralCopy:
+    """Copy the detector-visible part of ``model_dir`` under a fresh random folder in ``scratch_root``."""
+    root = scratch_root / secrets.token_hex(8)
+    model_root = root / "model"
+    model_root.mkdir(parents=True)
+    shutil.copyfile(model_dir / MODEL_FILE, model_root / MODEL_FILE)
+    examples = find_examples_dir(model_dir)
+    examples_copy: Path | None = None
+    if examples is not None:
+        examples_copy = model_root / EXAMPLES_NAME
+        examples_copy.mkdir()
+        for item in examples.iterdir():
+            if item.is_file():
+                shutil.copyfile(item, examples_copy / item.name)
+    config = reduce_config(read_config(model_dir))
+    (model_root / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+    scratch = root / "scratch"
+    scratch.mkdir()
+    return NeutralCopy(root=root, model_filepath=model_root / MODEL_FILE, examples_dirpath=examples_copy,
+                       scratch_dirpath=scratch, result_filepath=root / "result.txt", config=config)
+
+
+def _asset(folder: Path, config: dict[str, Any]) -> Path | None:
+    """The tokenizer/embedding file for a model: the one its config names, the only one, else the folder."""
+    if not folder.exists():
+        return None
+    if folder.is_file():
+        return folder
+    name = config.get("embedding_filename")
+    if name and (folder / str(name)).exists():
+        return folder / str(name)
+    entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
+    return entries[0] if len(entries) == 1 else folder
+
+
+def zoo_assets(zoo: Path, config: dict[str, Any]) -> tuple[Path | None, Path | None]:
+    """(tokenizer_filepath, embedding_filepath) shipped with the zoo, or ``None`` where absent."""
+    return _asset(zoo / "tokenizers", config), _asset(zoo / "embeddings", config)
+
+
+def contract_args(copy: NeutralCopy, tokenizer: Path | None, embedding: Path | None) -> list[str]:
+    """The TrojAI command-line arguments for one neutral copy."""
+    args = ["--model_filepath", str(copy.model_filepath), "--result_filepath", str(copy.result_filepath),
+            "--scratch_dirpath", str(copy.scratch_dirpath)]
+    if copy.examples_dirpath is not None:
+        args += ["--examples_dirpath", str(copy.examples_dirpath)]
+    if tokenizer is not None:
+        args += ["--tokenizer_filepath", str(tokenizer)]
+    if embedding is not None:
+        args += ["--embedding_filepath", str(embedding)]
+    if copy.cls_token_is_first:
+        args.append("--cls_token_is_first")
+    return args

@@ -1,0 +1,183 @@
+"""Per-model results: the append-only ``results.csv`` log, answer validation, and scoring a file.
+
+``results.csv`` has one row per model: ``model_name, probability, status, reason, seconds``.
+Rows are appended (and fsynced) as answers arrive, so an interrupted run keeps everything it
+finished; a half-written last line is dropped on resume. Any answer that is not a finite number
+in [0, 1] is replaced by p = 0.5 (TrojAI's rule) and its ``status`` says why.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from trojanscope.errors import DataError, LayoutError
+from trojanscope.fsutil import atomic_write_text
+from trojanscope.models.layout import list_model_dirs, read_ground_truth
+from trojanscope.scoring._worker import one_line
+
+RESULT_COLUMNS = ("model_name", "probability", "status", "reason", "seconds")
+DEFAULT_P = 0.5
+# ok: a valid answer. Everything else was scored as 0.5.
+STATUSES = ("ok", "crash", "timeout", "missing", "unparsable", "nan", "out_of_range")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One model's recorded answer."""
+
+    model_name: str
+    probability: float
+    status: str
+    reason: str = ""
+    seconds: float = 0.0
+
+
+def check_probability(value: object) -> tuple[float, str, str]:
+    """(p, status, reason) for a raw answer: valid numbers pass; anything else becomes 0.5."""
+    try:
+        p = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return DEFAULT_P, "unparsable", one_line(f"not a number: {value!r}", 120)
+    if math.isnan(p):
+        return DEFAULT_P, "nan", "answer was NaN"
+    if not 0.0 <= p <= 1.0:
+        return DEFAULT_P, "out_of_range", one_line(f"answer {p!r} is outside [0, 1]", 120)
+    return p, "ok", ""
+
+
+def parse_result_text(text: str) -> tuple[float, str, str]:
+    """Parse a TrojAI result file: exactly one number, surrounding whitespace allowed."""
+    tokens = text.split()
+    if not tokens:
+        return DEFAULT_P, "missing", "result file is empty"
+    if len(tokens) > 1:
+        return DEFAULT_P, "unparsable", one_line(f"expected one number, got {text.strip()[:60]!r}", 120)
+    return check_probability(tokens[0])
+
+
+def read_result_file(path: Path) -> tuple[float, str, str]:
+    """Read a detector's result file (missing, non-UTF-8 and garbage contents all score 0.5)."""
+    if not path.is_file():
+        return DEFAULT_P, "missing", "detector wrote no result file"
+    try:
+        text = path.read_bytes()[:4096].decode("utf-8")
+    except UnicodeDecodeError:
+        return DEFAULT_P, "unparsable", "result file is not UTF-8 text"
+    return parse_result_text(text)
+
+
+class ResultsLog:
+    """Append-only ``results.csv`` shared by the harness's worker threads."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self.rows: dict[str, Outcome] = self._load()
+
+    def _load(self) -> dict[str, Outcome]:
+        if not self.path.is_file():
+            atomic_write_text(self.path, ",".join(RESULT_COLUMNS) + "\n")
+            return {}
+        raw = self.path.read_text(encoding="utf-8")
+        if raw and not raw.endswith("\n"):  # killed mid-write: that model simply runs again
+            raw = raw[: raw.rfind("\n") + 1]
+            atomic_write_text(self.path, raw)
+        reader = csv.DictReader(io.StringIO(raw))
+        if reader.fieldnames is None or tuple(reader.fieldnames) != RESULT_COLUMNS:
+            raise DataError(f"{self.path}: not a harness results.csv (columns {reader.fieldnames}); "
+                            "choose another --out or delete the file")
+        rows: dict[str, Outcome] = {}
+        for rec in reader:
+            rows[rec["model_name"]] = Outcome(rec["model_name"], float(rec["probability"]), rec["status"],
+                                              rec["reason"], float(rec["seconds"] or 0.0))
+        return rows
+
+    def append(self, outcome: Outcome) -> None:
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerow(
+            [outcome.model_name, repr(float(outcome.probability)), outcome.status, one_line(outcome.reason),
+             f"{outcome.seconds:.4f}"])
+        with self._lock:
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(buf.getvalue())
+                fh.flush()
+                os.fsync(fh.fileno())
+            self.rows[outcome.model_name] = outcome
+
+    def frame(self, names: list[str] | None = None) -> pd.DataFrame:
+        """Rows as a DataFrame (optionally only ``names``, in that order)."""
+        keep = names if names is not None else list(self.rows)
+        data = [self.rows[n].__dict__ for n in keep if n in self.rows]
+        return pd.DataFrame(data, columns=list(RESULT_COLUMNS))
+
+
+def ground_truth_table(model_dirs: list[Path]) -> dict[str, int | None]:
+    """Model name → 0/1 label, ``None`` where ``ground_truth.csv`` is absent."""
+    return {d.name: read_ground_truth(d) for d in model_dirs}
+
+
+def read_results_csv(path: Path | str) -> pd.DataFrame:
+    """A results file from any source: needs ``model_name`` and ``probability`` columns, unique names.
+
+    Extra columns are kept. A probability that is not a finite number in [0, 1] becomes 0.5 with
+    its status recorded, exactly as the harness treats a live answer.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: results file not found")
+    try:
+        df = pd.read_csv(path, dtype={"model_name": str}, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not a readable CSV ({one_line(exc, 100)})") from None
+    missing = [c for c in ("model_name", "probability") if c not in df.columns]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {', '.join(missing)}; expected model_name,probability")
+    dup = sorted(df.loc[df["model_name"].duplicated(), "model_name"].unique())
+    if dup:
+        raise DataError(f"{path}: duplicate model ids {', '.join(dup[:5])}{' …' if len(dup) > 5 else ''}; "
+                        "keep one row per model")
+    checked = [check_probability(v) for v in df["probability"]]
+    if "status" not in df.columns:
+        df["status"] = [s for _, s, _ in checked]
+        df["reason"] = [r for _, _, r in checked]
+    else:  # keep the harness's own reason when it already scored the row as 0.5
+        df["status"] = [s if s != "ok" else old for (_, s, _), old in zip(checked, df["status"], strict=True)]
+        df["reason"] = [r if s != "ok" else old
+                        for (_, s, r), old in zip(checked, df.get("reason", ""), strict=True)]
+    df["probability"] = [p for p, _, _ in checked]
+    return df
+
+
+def align_with_zoo(results: pd.DataFrame, zoo: Path | str,
+                   model_dirs: list[Path] | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """Join results to a zoo's ground truth.
+
+    Returns the frame (one row per zoo model, missing answers filled with 0.5 and status
+    ``missing``; column ``ground_truth`` as nullable Int64) and the names without ground truth.
+    Unknown ids (not in the zoo) are an error: they usually mean the wrong zoo.
+    """
+    dirs = model_dirs if model_dirs is not None else list_model_dirs(zoo)
+    if not dirs:
+        raise LayoutError(f"{zoo}: no model folders (expected models/id-*/model.pt); is this a zoo?")
+    truth = ground_truth_table(dirs)
+    unknown = sorted(set(results["model_name"]) - set(truth))
+    if unknown:
+        raise DataError(f"results name {len(unknown)} model(s) not in {zoo}: {', '.join(unknown[:5])}"
+                        f"{' …' if len(unknown) > 5 else ''}; check --zoo")
+    frame = results.set_index("model_name").reindex(list(truth))
+    absent = frame["probability"].isna()
+    frame.loc[absent, "probability"] = DEFAULT_P
+    frame.loc[absent, "status"] = "missing"
+    frame.loc[absent, "reason"] = "no result for this model"
+    frame["ground_truth"] = pd.array([truth[n] for n in frame.index], dtype="Int64")
+    frame = frame.reset_index().rename(columns={"index": "model_name"})
+    no_truth = [n for n, v in truth.items() if v is None]
+    return frame, no_truth
