@@ -30,6 +30,7 @@ def test_minilm_loads_offline_with_384_dims(minilm):
     assert minilm.encode([]).shape == (0, 384)
 
 
+@pytest.mark.slow  # importing sentence_transformers alone takes ~4 s on 2 cores
 def test_mean_rule_matches_sentence_transformers_pooling(minilm):
     # sentence-transformers is the independent reference; it is not a runtime dependency of trojanscope.
     st_lib = pytest.importorskip("sentence_transformers", reason="reference needs: pip install sentence-transformers")
