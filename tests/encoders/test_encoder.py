@@ -184,3 +184,22 @@ def test_registered_encoder_missing_from_hf_cache_says_how_to_get_it():
 def test_importing_encoders_does_not_import_torch():
     code = "import sys, trojanscope.encoders; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_hf_id_in_the_local_cache_resolves_offline(tiny_bert_dir, tmp_path, monkeypatch):
+    import shutil
+
+    import huggingface_hub.constants
+
+    repo = tmp_path / "hub" / "models--someorg--tiny-bert"
+    commit = "0" * 40
+    shutil.copytree(tiny_bert_dir, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    encoder = get_encoder("someorg/tiny-bert")
+    assert encoder.flavor == "someorg/tiny-bert" and encoder.model_dir == repo / "snapshots" / commit
+    assert encoder.fingerprint == get_encoder(str(tiny_bert_dir)).fingerprint  # same files, same namespace
+    assert encoder_for_config(encoder.config_fields()).fingerprint == encoder.fingerprint
+    with pytest.raises(RegistryError, match="not in the local Hugging Face cache"):
+        get_encoder("someorg/absent")

@@ -72,11 +72,11 @@ ENCODERS.register(
 ENCODERS.register("gpt2", EncoderSpec("gpt2", "GPT-2"), help="TrojAI R5/R6, 768-d, HF cache")
 
 
-def _spec_for_flavor(flavor: str) -> tuple[str, EncoderSpec] | None:
+def _spec_for_flavor(flavor: str) -> EncoderSpec | None:
     for name in ENCODERS.names():
         spec = ENCODERS.get(name)
         if spec.flavor == flavor:
-            return name, spec
+            return spec
     return None
 
 
@@ -89,12 +89,8 @@ def _from_hf_cache(repo_id: str) -> Path | None:
         return None
     try:
         path = Path(snapshot_download(repo_id, local_files_only=True))
-    except (LocalEntryNotFoundError, ValueError, OSError):
+    except (LocalEntryNotFoundError, ValueError, OSError):  # ValueError covers HFValidationError (not an id)
         return None
-    except Exception as exc:  # invalid repo id formats raise HFValidationError (a ValueError subclass in most versions)
-        if type(exc).__name__ == "HFValidationError":
-            return None
-        raise
     return path if (path / "config.json").is_file() else None
 
 
@@ -119,9 +115,7 @@ def resolve(name_or_path: str) -> ResolvedSource:
     if not isinstance(name_or_path, str) or not name_or_path.strip():
         raise EncoderError(f"encoder name {name_or_path!r} is empty; use one of: {', '.join(ENCODERS.names())}")
     name = name_or_path.strip()
-    spec: EncoderSpec | None = ENCODERS.get(name) if name in ENCODERS else None
-    if spec is None and (hit := _spec_for_flavor(name)) is not None:
-        spec = hit[1]
+    spec = ENCODERS.get(name) if name in ENCODERS else _spec_for_flavor(name)
     if spec is not None:
         if spec.locate is not None:
             path = spec.locate()
