@@ -136,7 +136,9 @@ def _restricted_pickle_module(file_size: int) -> types.ModuleType:
 
         return load
 
-    class RestrictedUnpickler(pickle.Unpickler):
+    # The pure-Python unpickler keeps its memo in a dict; the C one sizes an array by the largest memo
+    # index in the file, so one corrupted LONG_BINPUT made it allocate gigabytes (found by fuzzing).
+    class RestrictedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
         def find_class(self, module: str, name: str) -> Any:
             # Protocol-2 pickles name Python-2 modules (__builtin__.set); pickle's own find_class
             # maps them, and overriding it means doing the same mapping here.

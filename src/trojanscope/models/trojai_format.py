@@ -53,6 +53,9 @@ def _flatten(node: Any, prefix: str, out: dict[str, torch.Tensor], path: Path, d
                 continue
             if not isinstance(value, torch.Tensor) or not isinstance(name, str):
                 raise ModelFileError(f"{path}: malformed module tree ({prefix}{name} is not a tensor)")
+            # A strided view can claim a huge shape over a tiny storage; sizes we build from must be real.
+            if value.numel() * value.element_size() > value.untyped_storage().nbytes() or value.dim() > 2:
+                raise ModelFileError(f"{path}: tensor {prefix}{name} claims more data than its storage holds")
             out[prefix + name] = value.detach()
     for name, child in _children(node, path).items():
         if child is not None:
