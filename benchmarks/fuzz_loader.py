@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -44,7 +45,9 @@ def make_seeds(folder: Path) -> list[bytes]:
         previous = sys.modules.get("model_factories")
         sys.modules["model_factories"] = module
         try:
-            torch.save(trojai, folder / f"legacy{i}.pt", _use_new_zipfile_serialization=False)
+            with warnings.catch_warnings():  # the in-memory classes have no source file for torch to record
+                warnings.simplefilter("ignore")
+                torch.save(trojai, folder / f"legacy{i}.pt", _use_new_zipfile_serialization=False)
         finally:
             sys.modules.pop("model_factories", None) if previous is None else sys.modules.update(
                 model_factories=previous)
@@ -117,11 +120,8 @@ def run(seconds: float, seed: int, hang_s: float, save_slow: Path | None = None)
             except ModelFileError:
                 outcomes["model_file_error"] += 1
             except Exception as exc:  # noqa: BLE001 - a crash is what we are looking for
-                if _ran_forward_on_mutated_weights(exc):
-                    outcomes["loaded_forward_error"] += 1
-                else:
-                    outcomes["crash"] += 1
-                    crashes.append(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
+                outcomes["crash"] += 1
+                crashes.append(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
             times.append(time.perf_counter() - start)
             if times[-1] > hang_s and save_slow is not None:
                 save_slow.mkdir(parents=True, exist_ok=True)
@@ -136,11 +136,6 @@ def run(seconds: float, seed: int, hang_s: float, save_slow: Path | None = None)
     }
     summary["crash_examples"] = crashes[:3]
     return summary
-
-
-def _ran_forward_on_mutated_weights(exc: BaseException) -> bool:
-    # A loaded head was built by our code with checked shapes; its forward cannot fail on shapes.
-    return False
 
 
 def main() -> None:
