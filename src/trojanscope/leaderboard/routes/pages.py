@@ -29,7 +29,12 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value is not None else "–"
+
+
 templates.env.filters["fmt"] = _fmt
+templates.env.filters["when"] = _when
 
 
 def _render(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
@@ -71,15 +76,18 @@ def submit_form(name: str, request: Request, s: SessionDep, settings: SettingsDe
 
 
 @router.get("/submissions/{sub_id}", response_class=HTMLResponse)
-def submission_page(sub_id: int, request: Request, s: SessionDep, admin: AdminFlag) -> HTMLResponse:
+def submission_page(sub_id: int, request: Request, s: SessionDep, settings: SettingsDep,
+                    admin: AdminFlag) -> HTMLResponse:
     sub = services.get_submission(s, sub_id)
     view = services.submission_view(sub, admin=admin)
     results = {}
+    reports = {job.stage for job in sub.jobs if (job.stage == "smoke" or admin)
+               and (settings.data_dir / "jobs" / str(job.id) / "report" / "report.html").is_file()}
     for job in sub.jobs:
         if job.stage != "holdout" or sub.round.status == "closed" or admin:
             # Neutral names only: which real model a row is stays secret (test labels would leak).
             results[job.stage] = sorted(job.results, key=lambda r: r.neutral_name)
-    return _render(request, "submission.html", sub=view, results=results, admin=admin)
+    return _render(request, "submission.html", sub=view, results=results, reports=reports)
 
 
 @router.get("/submissions/{sub_id}/report/{stage}")

@@ -1,0 +1,107 @@
+"""The pages in a real headless browser (Debian chromium + chromedriver through selenium)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from trojanscope.leaderboard.worker import Worker
+
+from .helpers import submission_bytes
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+if CHROMIUM is None or CHROMEDRIVER is None:
+    pytest.skip("headless browser test needs Debian chromium and chromium-driver "
+                "(apt-get install -y chromium chromium-driver)", allow_module_level=True)
+webdriver = pytest.importorskip("selenium.webdriver", reason="pip install selenium (dev extra) to run browser tests")
+pytest.importorskip("trojanscope.scoring.harness", reason="the scoring harness has not landed yet")
+from selenium.webdriver.common.by import By  # noqa: E402
+
+
+@pytest.fixture
+def live_server(client):  # type: ignore[no-untyped-def]
+    """The app of ``client`` served by uvicorn on a free loopback port."""
+    import uvicorn
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(client.app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture
+def browser():  # type: ignore[no-untyped-def]
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    opts = Options()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-dev-shm-usage", "--window-size=1280,900"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def test_upload_score_and_leaderboard_in_browser(live_server, browser, client, setup_round, settings,
+                                                 tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    tokens = setup_round(("alpha",), smoke_models=2)
+    good = tmp_path / "good.zip"
+    good.write_bytes(submission_bytes("good"))
+    # index -> round page
+    browser.get(live_server + "/")
+    browser.find_element(By.LINK_TEXT, "Round r1").click()
+    assert browser.find_element(By.ID, "round-status").text == "open"
+    # a wrong token is refused on the page and nothing is queued
+    browser.find_element(By.ID, "token").send_keys("ts_1_" + "x" * 43)
+    browser.find_element(By.ID, "file").send_keys(str(good))
+    browser.find_element(By.ID, "submit").click()
+    assert "does not belong to any team" in browser.find_element(By.ID, "error").text
+    assert client.get("/api/teams/alpha").json()["submissions"] == []
+    # the right token: redirected to the new submission's page
+    browser.find_element(By.ID, "token").send_keys(tokens["alpha"])
+    browser.find_element(By.ID, "file").send_keys(str(good))
+    browser.find_element(By.ID, "submit").click()
+    assert browser.current_url.endswith("/submissions/1")
+    assert browser.find_element(By.ID, "submission-status").text == "queued"
+    # score it, reload: the page shows each stage's scores and per-model rows under neutral names
+    Worker(settings).run_until_idle()
+    browser.refresh()
+    assert browser.find_element(By.ID, "submission-status").text == "scored"
+    api = client.get("/api/submissions/1").json()
+    test_ce = next(s for s in api["stages"] if s["stage"] == "test")["scores"]["cross_entropy"]
+    stages = browser.find_element(By.ID, "stages").text
+    assert f"{test_ce:.4f}" in stages
+    rows = browser.find_elements(By.CSS_SELECTOR, "#results-test tr")
+    assert len(rows) == 1 + 4 and all(r.text.startswith("m-") for r in rows[1:])
+    # the leaderboard shows the team's best with CE, CI, ROC-AUC, Brier, runtime and a link to the report
+    browser.get(live_server + "/rounds/r1")
+    table = browser.find_element(By.ID, "leaderboard")
+    cells = [c.text for c in table.find_elements(By.CSS_SELECTOR, "tr")[1].find_elements(By.TAG_NAME, "td")]
+    assert cells[1].startswith("alpha") and cells[2] == f"{test_ce:.4f}" and cells[-1] == "#1"
+    shot = tmp_path / "leaderboard.png"
+    browser.save_screenshot(str(shot))
+    assert shot.stat().st_size > 5000
+    if os.environ.get("TROJANSCOPE_SCREENSHOT"):
+        shutil.copyfile(shot, os.environ["TROJANSCOPE_SCREENSHOT"])
+    table.find_element(By.LINK_TEXT, "alpha").click()
+    assert "Team alpha" in browser.find_element(By.TAG_NAME, "h1").text
+    assert "#1" in browser.find_element(By.ID, "team-submissions").text
