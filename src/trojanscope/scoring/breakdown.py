@@ -1,0 +1,147 @@
+"""Where a detector fails: metrics per level of each METADATA factor, and the prevalence sweep.
+
+Model-level factors (architecture, embedding, adversarial training, source dataset, converged)
+split the whole set. Trigger-level factors (trigger type, condition, organisation, fraction)
+exist only for poisoned models, so each level is scored on *its* poisoned models together with
+*all* clean models: the question "how well does it separate word-trigger models from clean
+ones?". Every row carries its counts; AUC is NaN where a level has one class only.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from trojanscope.scoring.metrics import (
+    UndefinedMetricWarning,
+    base_rate_cross_entropy,
+    cross_entropy_loss,
+    roc_auc_score,
+    target_cross_entropy,
+)
+
+# (label, candidate METADATA columns in order of preference, trigger-level?)
+FACTORS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
+    ("architecture", ("model_architecture", "architecture"), False),
+    ("embedding", ("embedding", "embedding_flavor"), False),
+    ("trigger type", ("triggers_0_type", "trigger_type", "triggers_0_trigger_type"), True),
+    ("condition", ("triggers_0_condition", "trigger_condition", "condition"), True),
+    ("organisation", ("trigger_organization", "trigger_organisation", "triggers_organization",
+                      "trigger_organization_type", "organization"), True),
+    ("fraction", ("triggers_0_fraction", "trigger_fraction", "fraction"), True),
+    ("adversarial training", ("adversarial_training_method", "adversarial_training", "adv_training"), False),
+    ("source dataset", ("source_dataset", "dataset"), False),
+    ("converged", ("converged",), False),
+)
+MAX_LEVELS = 20
+MIN_PER_LEVEL = 1
+
+
+def read_factor_metadata(zoo: Path | str) -> pd.DataFrame:
+    """METADATA.csv as strings, keeping "None" as a level (no adversarial training, unconditional trigger).
+
+    Empty cells (a factor that does not apply, e.g. trigger type of a clean model) stay missing.
+    Returns an empty frame when the zoo has no METADATA.csv.
+    """
+    path = Path(zoo) / "METADATA.csv"
+    if not path.is_file():
+        return pd.DataFrame()
+    return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+
+
+def _level(value: Any) -> str | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    text = str(value).strip()
+    return text if text and text.lower() != "nan" else None
+
+
+def factor_table(scored: pd.DataFrame, metadata: pd.DataFrame) -> pd.DataFrame:
+    """One row per (factor, level): n, n_poisoned, n_clean, cross_entropy, roc_auc, mean_p_poisoned, mean_p_clean.
+
+    ``scored`` needs ``model_name``, ``probability`` and ``ground_truth`` (rows without ground truth
+    are ignored); ``metadata`` is ``read_metadata(zoo)``.
+    """
+    cols = ["factor", "column", "level", "n", "n_poisoned", "n_clean", "cross_entropy", "roc_auc",
+            "mean_p_poisoned", "mean_p_clean"]
+    if "model_name" not in metadata.columns:
+        return pd.DataFrame(columns=cols)
+    frame = scored[scored["ground_truth"].notna()].merge(metadata, on="model_name", how="left",
+                                                         suffixes=("", "_meta"))
+    frame["ground_truth"] = frame["ground_truth"].astype(int)
+    rows = []
+    for label, candidates, trigger_level in FACTORS:
+        column = next((c for c in candidates if c in frame.columns), None)
+        if column is None:
+            continue
+        levels = frame[column].map(_level)
+        distinct = sorted(levels.dropna().unique(), key=_sort_key)
+        if not distinct or len(distinct) > MAX_LEVELS:
+            continue
+        clean = frame["ground_truth"] == 0
+        for lvl in distinct:
+            at = levels == lvl
+            mask = (at & ~clean) | clean if trigger_level else at
+            sub = frame[mask]
+            if len(sub) < MIN_PER_LEVEL:
+                continue
+            rows.append({"factor": label, "column": column, "level": lvl, **_metrics(sub)})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _sort_key(level: str) -> tuple[int, float | str]:
+    try:
+        return (0, float(level))
+    except ValueError:
+        return (1, level)
+
+
+def _metrics(sub: pd.DataFrame) -> dict[str, Any]:
+    y = sub["ground_truth"].to_numpy(int)
+    p = sub["probability"].to_numpy(float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        return {"n": len(sub), "n_poisoned": int(y.sum()), "n_clean": int((y == 0).sum()),
+                "cross_entropy": cross_entropy_loss(y, p), "roc_auc": roc_auc_score(y, p),
+                "mean_p_poisoned": float(p[y == 1].mean()) if (y == 1).any() else math.nan,
+                "mean_p_clean": float(p[y == 0].mean()) if (y == 0).any() else math.nan}
+
+
+def prevalence_sweep(y: Any, p: Any, *, prevalences: Any = None, resamples: int = 10,
+                     seed: int = 0) -> pd.DataFrame:
+    """CE and AUC when the scored set has trojan prevalence π (1% … 99% by default), ``resamples`` draws each.
+
+    For each π the largest subset with that prevalence is drawn without replacement (at least
+    one model of each class), as NIST's prevalence plot re-samples the per-model results.
+    Returns one row per π: target prevalence, the realised one, subset size, CE mean/std,
+    AUC mean, and the base-rate and target CE at π.
+    """
+    y_arr = np.asarray(y, dtype=int)
+    p_arr = np.asarray(p, dtype=float)
+    pos, neg = np.flatnonzero(y_arr == 1), np.flatnonzero(y_arr == 0)
+    grid = np.round(np.arange(0.01, 1.0, 0.01), 2) if prevalences is None else np.asarray(prevalences, float)
+    cols = ["prevalence", "realised_prevalence", "n", "cross_entropy", "cross_entropy_std", "roc_auc",
+            "base_rate_cross_entropy", "target_cross_entropy"]
+    if len(pos) == 0 or len(neg) == 0:
+        return pd.DataFrame(columns=cols)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for pi in grid:
+        size = int(math.floor(min(len(pos) / pi, len(neg) / (1 - pi))))
+        k_pos = min(len(pos), max(1, int(round(pi * size))))
+        k_neg = min(len(neg), max(1, size - k_pos))
+        ces, aucs = [], []
+        for _ in range(resamples):
+            idx = np.concatenate([rng.choice(pos, k_pos, replace=False), rng.choice(neg, k_neg, replace=False)])
+            ces.append(cross_entropy_loss(y_arr[idx], p_arr[idx]))
+            aucs.append(roc_auc_score(y_arr[idx], p_arr[idx]))
+        rows.append({"prevalence": float(pi), "realised_prevalence": k_pos / (k_pos + k_neg), "n": k_pos + k_neg,
+                     "cross_entropy": float(np.mean(ces)), "cross_entropy_std": float(np.std(ces)),
+                     "roc_auc": float(np.mean(aucs)), "base_rate_cross_entropy": base_rate_cross_entropy(pi),
+                     "target_cross_entropy": target_cross_entropy(pi)})
+    return pd.DataFrame(rows, columns=cols)

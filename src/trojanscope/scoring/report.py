@@ -1,0 +1,147 @@
+"""The run report: one self-contained HTML page (figures embedded as PNG) and a Markdown summary.
+
+``write_report(run_dir)`` reads ``results.csv`` and ``run.json`` from a run folder, joins the
+zoo's ground truth and METADATA, and writes ``report.html``, ``report.md``, ``breakdown.csv``
+and ``prevalence.csv`` next to them. Works for any results file in the harness's format.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from trojanscope.errors import LayoutError
+from trojanscope.fsutil import atomic_write_text
+from trojanscope.scoring import plots
+from trojanscope.scoring._template import HTML_TEMPLATE, METRIC_HELP
+from trojanscope.scoring.breakdown import factor_table, prevalence_sweep, read_factor_metadata
+from trojanscope.scoring.harness import scores_for
+from trojanscope.scoring.results import align_with_zoo, read_results_csv
+
+
+def load_run(run_dir: Path | str, zoo: Path | str | None = None) -> tuple[pd.DataFrame, dict[str, Any], Path]:
+    """(per-model frame joined with ground truth, run.json settings, zoo path) for a run folder."""
+    run_dir = Path(run_dir)
+    results_path = run_dir / "results.csv"
+    if not results_path.is_file():
+        raise LayoutError(f"{run_dir}: no results.csv; run `trojanscope evaluate --out {run_dir}` first")
+    run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").is_file() else {}
+    zoo_path = Path(zoo) if zoo is not None else Path(run["zoo"]) if run.get("zoo") else None
+    if zoo_path is None or not zoo_path.is_dir():
+        raise LayoutError(f"{run_dir}: zoo {zoo_path} not found; pass --zoo with the zoo these results are for")
+    results = read_results_csv(results_path)
+    model_dirs = None
+    if run.get("models"):
+        from trojanscope.models.layout import models_root
+
+        model_dirs = [models_root(zoo_path) / n for n in run["models"]]
+    frame, _ = align_with_zoo(results, zoo_path, model_dirs)
+    return frame, run, zoo_path
+
+
+def _b64(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def write_report(run_dir: Path | str, zoo: Path | str | None = None) -> tuple[Path, Path]:
+    """Write ``report.html`` and ``report.md`` for a run folder; returns their paths."""
+    import jinja2
+
+    run_dir = Path(run_dir)
+    frame, run, zoo_path = load_run(run_dir, zoo)
+    scores = scores_for(frame)
+    scored = frame[frame["ground_truth"].notna()]
+    y = scored["ground_truth"].to_numpy(int)
+    p = scored["probability"].to_numpy(float)
+    if len(y) == 0:
+        raise LayoutError(f"{zoo_path}: no model has ground_truth.csv, so nothing can be scored")
+
+    metadata = read_factor_metadata(zoo_path)
+    factors = factor_table(frame, metadata)
+    sweep = prevalence_sweep(y, p, seed=int(run.get("seed", 0) or 0))
+    factors.to_csv(run_dir / "breakdown.csv", index=False)
+    sweep.to_csv(run_dir / "prevalence.csv", index=False)
+
+    figures = [("ROC curve", "Ranking quality: AUC is the chance a random poisoned model outscores a random clean one.",
+                plots.roc_png(y, p, scores["roc_auc"])),
+               ("Reliability diagram", "Calibration: points on the diagonal mean the probabilities can be taken "
+                "literally; cross-entropy punishes points far from it.", plots.reliability_png(y, p)),
+               ("Score histogram", "Separation of the two classes; the dashed line is the 0.5 threshold of the "
+                "confusion matrix.", plots.histogram_png(y, p))]
+    if len(sweep):
+        figures.append(("Cross-entropy vs prevalence", "Each point re-samples the scored models to that trojan "
+                        "prevalence 10 times; below the dotted target curve the detector meets the round's goal.",
+                        plots.prevalence_png(sweep)))
+    if len(factors):
+        figures.append(("Cross-entropy per factor level", "Trigger-level factors score each level's poisoned "
+                        "models together with all clean models. Red bars are worse than a coin flip.",
+                        plots.factor_png(factors, scores["cross_entropy"])))
+
+    title = f"{run.get('detector') or ' '.join(run.get('command') or []) or 'detector'} on {zoo_path.name}"
+    failed = frame[frame["status"] != "ok"][["model_name", "status", "reason"]]
+    context = {
+        "title": title, "run": run, "zoo": str(zoo_path), "scores": scores, "fmt": _fmt, "help": METRIC_HELP,
+        "headline": _headline(scores), "figures": [(t, cap, _b64(png)) for t, cap, png in figures],
+        "factors": factors.to_dict("records"), "failed": failed.head(50).to_dict("records"),
+        "n_failed_total": len(failed), "missing_truth": scores["missing_ground_truth"],
+    }
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    html = env.from_string(HTML_TEMPLATE).render(**context)
+    html_path, md_path = run_dir / "report.html", run_dir / "report.md"
+    atomic_write_text(html_path, html)
+    atomic_write_text(md_path, _markdown(title, run, zoo_path, scores, factors, failed))
+    return html_path, md_path
+
+
+def _headline(s: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(metric, value, help) rows for the headline table."""
+    ce = f"{_fmt(s['cross_entropy'])} ± {_fmt(s['cross_entropy_ci95'])}"
+    rows = [("Cross-entropy (95% CI)", ce, "cross_entropy"),
+            ("Round target / base rate", f"{_fmt(s.get('target_cross_entropy'))} / "
+             f"{_fmt(s.get('base_rate_cross_entropy'))}", "target"),
+            ("Meets target", _fmt(s.get("meets_target")), "target"),
+            ("ROC-AUC", _fmt(s["roc_auc"]), "roc_auc"),
+            ("Average precision", _fmt(s["average_precision"]), "average_precision"),
+            ("Brier", _fmt(s["brier"]), "brier"),
+            ("TPR at 5% FPR", _fmt(s["tpr_at_5_fpr"]), "tpr_at_5_fpr"),
+            ("FPR at 95% TPR", _fmt(s["fpr_at_95_tpr"]), "fpr_at_95_tpr"),
+            ("Accuracy at 0.5", _fmt(s.get("accuracy_at_0_5")), "confusion"),
+            ("Models scored (poisoned / clean)", f"{s['n']} ({s['n_poisoned']} / {s['n_clean']})", "n"),
+            ("Failed answers (scored 0.5)", str(s["n_failed"]), "failures")]
+    return [(name, value, METRIC_HELP.get(key, "")) for name, value, key in rows]
+
+
+def _markdown(title: str, run: dict[str, Any], zoo: Path, s: dict[str, Any], factors: pd.DataFrame,
+              failed: pd.DataFrame) -> str:
+    lines = [f"# {title}", "", f"Zoo: `{zoo}`  ", f"Seed {run.get('seed', '–')}, workers {run.get('workers', '–')}, "
+             f"time limit {run.get('time_limit_s', '–')} s per model.", "", "| metric | value |", "|---|---|"]
+    lines += [f"| {name} | {value} |" for name, value, _ in _headline(s)]
+    lines += ["", f"Confusion matrix at p ≥ 0.5: TP {s['confusion_tp']}, FP {s['confusion_fp']}, "
+              f"FN {s['confusion_fn']}, TN {s['confusion_tn']}."]
+    if s["missing_ground_truth"]:
+        lines += ["", f"Not scored (no ground_truth.csv): {', '.join(s['missing_ground_truth'])}."]
+    if len(failed):
+        counts = ", ".join(f"{k} {v}" for k, v in s["failures"].items())
+        lines += ["", f"Failed answers, each scored as 0.5: {counts}."]
+    if len(factors):
+        lines += ["", "## Per factor", "", "| factor | level | n (P/C) | CE | AUC |", "|---|---|---|---|---|"]
+        lines += [f"| {r.factor} | {r.level} | {r.n} ({r.n_poisoned}/{r.n_clean}) | {_fmt(r.cross_entropy)} | "
+                  f"{_fmt(r.roc_auc, 3)} |" for r in factors.itertuples()]
+    lines += ["", "Figures and definitions: report.html. Per-level numbers: breakdown.csv; "
+              "prevalence sweep: prevalence.csv.", ""]
+    return "\n".join(lines)
