@@ -61,6 +61,7 @@ def browser():  # type: ignore[no-untyped-def]
     driver.quit()
 
 
+@pytest.mark.slow
 def test_upload_score_and_leaderboard_in_browser(live_server, browser, client, setup_round, settings,
                                                  tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     tokens = setup_round(("alpha",), smoke_models=2)
