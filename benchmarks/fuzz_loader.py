@@ -138,13 +138,54 @@ def run(seconds: float, seed: int, hang_s: float, save_slow: Path | None = None)
     return summary
 
 
+def time_loads(repeats: int = 20) -> None:
+    """Median load time of Round-5-sized heads (E=768, hidden 256, bidirectional, 2 layers): our safe loader
+    vs the unsafe ``torch.load(weights_only=False)`` a TrojAI detector runs, per format."""
+    import statistics
+
+    from trojanscope.models.trojai_format import to_trojai_module
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for arch in ("GruLinear", "LstmLinear", "FCLinear"):
+            spec = HeadSpec(arch, 768, 2, hidden_size=256, dropout=0.25, bidirectional=True, n_layers=2)
+            head = spec.build().eval()
+            trojai, module = to_trojai_module(head)
+            sys.modules["model_factories"] = module
+            files = {"ours": Path(tmp) / "ours.pt", "zip": Path(tmp) / "zip.pt", "legacy": Path(tmp) / "legacy.pt"}
+            save_head(head, spec, files["ours"])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.save(trojai, files["zip"])
+                torch.save(trojai, files["legacy"], _use_new_zipfile_serialization=False)
+            for fmt, path in files.items():
+                safe, unsafe = [], []
+                for _ in range(repeats):
+                    t = time.perf_counter()
+                    load_model(path)
+                    safe.append(time.perf_counter() - t)
+                    if fmt != "ours":
+                        t = time.perf_counter()
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore")
+                            torch.load(path, weights_only=False)  # trusted: written above; the baseline
+                        unsafe.append(time.perf_counter() - t)
+                base = f" plain_torch_load_ms={1000 * statistics.median(unsafe):.2f}" if unsafe else ""
+                print(f"{arch} {fmt} size_kb={path.stat().st_size // 1024} "
+                      f"load_model_ms={1000 * statistics.median(safe):.2f}{base}")
+            sys.modules.pop("model_factories", None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="fuzzing time budget")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hang-s", type=float, default=2.0, help="a single load slower than this is a hang")
     parser.add_argument("--save-slow", type=Path, default=None, help="folder to keep files that hung, to reproduce")
+    parser.add_argument("--timing", action="store_true", help="only time loads of Round-5-sized heads")
     args = parser.parse_args()
+    if args.timing:
+        time_loads()
+        return
     summary = run(args.seconds, args.seed, args.hang_s, args.save_slow)
     crash_examples = summary.pop("crash_examples")
     print(" ".join(f"{k}={v}" for k, v in summary.items()))

@@ -76,3 +76,25 @@ def test_output_width_must_match_class_count(model_factories, tmp_path: Path, fm
     with pytest.raises(ModelFileError, match=r"3 outputs but the config says number_classes=2") as err:
         load_model(path, n_classes=2)
     assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_relu_less_fc_survives_export_to_trojai(model_factories, tmp_path: Path) -> None:
+    from trojanscope.models.trojai_format import to_trojai_module
+
+    original = nist_model(model_factories, "FCLinear")
+    loaded = load_model(save_nist(original, tmp_path / "m.pt", "zip"))
+    exported, _module = to_trojai_module(loaded)
+    assert not hasattr(exported, "relu")
+    x = torch.randn(8, 1, E)
+    with torch.no_grad():
+        assert torch.equal(exported(x), original(x))
+
+
+def test_loaded_heads_are_trainable_float32(model_factories, tmp_path: Path) -> None:
+    # Detectors take gradients through heads (Jacobians, trigger inversion); weights must be real parameters.
+    loaded = load_model(save_nist(nist_model(model_factories, "LstmLinear").double(), tmp_path / "m.pt", "zip"))
+    params = list(loaded.parameters())
+    assert params and all(p.requires_grad and p.dtype == torch.float32 and p.device.type == "cpu" for p in params)
+    x = torch.randn(3, 1, E, requires_grad=True)
+    loaded(x).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()

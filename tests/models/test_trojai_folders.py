@@ -84,3 +84,16 @@ def test_width_vs_reduced_config_class_count_is_checked(model_factories, tmp_pat
                          ["False"])
     _, problems = check_zoo(root)
     assert [(p.check, "3 outputs but number_classes=2" in p.message) for p in problems] == [("output_width", True)]
+
+
+@pytest.mark.slow
+def test_encoder_is_built_from_the_config_flavor(tmp_path: Path) -> None:
+    from trojanscope.models.encoder_files import encoder_for_model_dir
+
+    config = {"model_architecture": "Linear", "number_classes": 2, "embedding": "MiniLM",
+              "embedding_flavor": "sentence-transformers/all-MiniLM-L6-v2", "summary_rule": "mean",
+              "embedding_max_length": 64, "cls_token_is_first": True}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    encoder, choice = encoder_for_model_dir(tmp_path)
+    assert choice.kind == "flavor" and encoder.dim == 384 and encoder.summary_rule == "mean"
+    assert encoder.encode(["a fine film"]).shape == (1, 384)

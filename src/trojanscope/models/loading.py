@@ -15,35 +15,34 @@ from torch import nn
 from trojanscope.errors import ModelFileError
 from trojanscope.models.architectures import HeadSpec
 from trojanscope.models.safe_pickle import file_format, safe_unpickle
-from trojanscope.models.store import FORMAT_KEY, head_from_payload
-from trojanscope.models.trojai_format import head_from_pickled, spec_of_head
+from trojanscope.models.store import FORMAT_KEY
+from trojanscope.models.trojai_format import build_with_weights, head_from_pickled, spec_of_head
 
 
 def _load(path: Path) -> tuple[nn.Module, str]:
     payload = safe_unpickle(path)
     if isinstance(payload, dict) and FORMAT_KEY in payload:
-        _precheck_record(payload, path)
-        return head_from_payload(payload, path), "trojanscope"
+        return _head_from_record(payload, path), "trojanscope"
     return head_from_pickled(payload, path), f"trojai-pickle-{file_format(path)}"
 
 
-def _precheck_record(payload: dict, path: Path) -> None:
-    """Compare the record's weight shapes with the file's on the meta device, before allocating anything.
-
-    A corrupt record (say hidden_size=2**31) would otherwise make ``HeadSpec.build`` allocate without bound.
-    """
+def _head_from_record(payload: dict, path: Path) -> nn.Module:
+    """Our format: rebuild the recorded :class:`HeadSpec` and assign the file's weights to it."""
     try:
         spec = HeadSpec.from_dict(dict(payload["head"]))
-        with torch.device("meta"):
-            expected = {k: tuple(v.shape) for k, v in spec.build().state_dict().items()}
-    except Exception:  # noqa: BLE001 - head_from_payload reports a bad record with its own message
-        return
+        with torch.device("meta"):  # validates the record without allocating by its (untrusted) sizes
+            spec.build()
+    except Exception as exc:  # noqa: BLE001 - any defect of the record is the file's
+        raise ModelFileError(f"{path}: bad architecture record ({_first_line(exc)})") from None
     state = payload.get("state_dict")
-    state = state if isinstance(state, dict) else {}
-    got = {k: tuple(v.shape) for k, v in state.items() if isinstance(v, torch.Tensor)}
-    if got != expected:
-        diff = sorted(set(expected.items()) ^ set(got.items()))[:1]
-        raise ModelFileError(f"{path}: weights do not match the architecture record (first difference: {diff})")
+    if not isinstance(state, dict):
+        raise ModelFileError(f"{path}: no state_dict in the trojanscope payload")
+    return build_with_weights(spec, state, path, "the architecture record")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def load_model(path: Path | str, n_classes: int | None = None) -> nn.Module:

@@ -53,9 +53,6 @@ def _flatten(node: Any, prefix: str, out: dict[str, torch.Tensor], path: Path, d
                 continue
             if not isinstance(value, torch.Tensor) or not isinstance(name, str):
                 raise ModelFileError(f"{path}: malformed module tree ({prefix}{name} is not a tensor)")
-            # A strided view can claim a huge shape over a tiny storage; sizes we build from must be real.
-            if value.numel() * value.element_size() > value.untyped_storage().nbytes() or value.dim() > 2:
-                raise ModelFileError(f"{path}: tensor {prefix}{name} claims more data than its storage holds")
             out[prefix + name] = value.detach()
     for name, child in _children(node, path).items():
         if child is not None:
@@ -99,6 +96,36 @@ def spec_from_state(arch: str, state: Mapping[str, torch.Tensor], dropout: float
     raise ModelFileError(f"{path}: unknown model architecture {arch!r}; known: {', '.join(ARCHITECTURES)}")
 
 
+def _check_real(state: Mapping[str, Any], path: Path) -> None:
+    for key, value in state.items():
+        if not isinstance(value, torch.Tensor):
+            raise ModelFileError(f"{path}: weight {key!r} is a {type(value).__name__}, not a tensor")
+        # A strided view can claim a huge shape over a tiny storage; sizes we build from must be real.
+        if value.numel() * value.element_size() > value.untyped_storage().nbytes():
+            raise ModelFileError(f"{path}: tensor {key} claims more data than its storage holds")
+
+
+def build_with_weights(spec: HeadSpec, state: Mapping[str, Any], path: Path | str, what: str) -> nn.Module:
+    """Our head for ``spec`` holding exactly the tensors of ``state`` (as float32), in eval mode.
+
+    The head is built on the meta device and the weights assigned, not copied: no allocation sized by
+    the (untrusted) record happens before its shapes are checked against the file's tensors, and a
+    load costs no random initialisation or copy.
+    """
+    path = Path(path)
+    _check_real(state, path)
+    with torch.device("meta"):
+        model = spec.build()
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in state.items()}
+    if expected != got:
+        diff = sorted(set(expected.items()) ^ set(got.items()))[:2]
+        raise ModelFileError(f"{path}: weights do not match {what} (differences include {diff})")
+    model.load_state_dict({k: v.detach().to(torch.float32).contiguous() for k, v in state.items()},
+                          strict=True, assign=True)
+    return model.eval()
+
+
 def head_from_pickled(root: Any, path: Path | str) -> nn.Module:
     """Build our head from a safely unpickled TrojAI ``model_factories`` module tree (eval mode)."""
     path = Path(path)
@@ -114,13 +141,9 @@ def head_from_pickled(root: Any, path: Path | str) -> nn.Module:
             raise ModelFileError(f"{path}: {root.pickled_name}.rnn must be batch_first without projection")
     state: dict[str, torch.Tensor] = {}
     _flatten(root, "", state, path)
+    _check_real(state, path)
     spec = spec_from_state(arch, state, _dropout_p(root, path), path)
-    model = spec.build()
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelFileError(f"{path}: weights do not match {root.pickled_name} ({first[:200]})") from None
+    model = build_with_weights(spec, state, path, root.pickled_name)
     if arch == "FCLinear" and _child_class(root, "relu", path) is None:
         # NIST's released FCLinearModel has no ``relu`` and applies no activation between its layers;
         # an Identity keeps our class computing exactly what the pickled module computed.
