@@ -179,7 +179,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="fuzzing time budget")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--hang-s", type=float, default=2.0, help="a single load slower than this is a hang")
+    parser.add_argument("--hang-s", type=float, default=5.0, help="a single load slower than this is a hang")
     parser.add_argument("--save-slow", type=Path, default=None, help="folder to keep files that hung, to reproduce")
     parser.add_argument("--timing", action="store_true", help="only time loads of Round-5-sized heads")
     args = parser.parse_args()
