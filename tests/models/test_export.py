@@ -37,7 +37,10 @@ print(json.dumps(out))
 
 def test_export_reads_back_with_plain_torch_load_in_process(tiny_zoo: Path, tmp_path: Path) -> None:
     out = tmp_path / "exported"
+    (tiny_zoo / "README.txt").write_text("original readme\n")
     export_zoo(tiny_zoo, out)
+    readme = (out / "README.txt").read_text()
+    assert "TrojAI-format export" in readme and readme.endswith("original readme\n")
     spec = importlib.util.spec_from_file_location("model_factories", out / "model_factories.py")
     module = importlib.util.module_from_spec(spec)
     previous = sys.modules.get("model_factories")

@@ -37,8 +37,10 @@ class Problem:
 
 
 def _model_folders(zoo: Path) -> list[Path]:
+    # The harness's model folders (any folder holding model.pt) plus id-* folders that lost their model.pt.
     root = models_root(zoo)
-    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("id-"))
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+                  and (p.name.startswith("id-") or (p / MODEL_FILE).is_file()))
 
 
 def check_model_dir(model_dir: Path | str) -> list[Problem]:

@@ -20,6 +20,14 @@ from trojanscope.models.loading import load_model
 from trojanscope.models.trojai_format import MODEL_FACTORIES_SOURCE, save_trojai_pickle
 
 EXPORT_FORMATS = ("trojai",)
+EXPORT_NOTE = """\
+TrojAI-format export of {src} (trojanscope zoo export --format trojai).
+Each models/id-*/model.pt is a whole pickled model_factories.* module, as in NIST's Round 5/6 datasets.
+A TrojAI detector loads it with plain torch.load once model_factories.py (in this folder) is importable:
+sys.path.insert(0, "<this folder>"), PYTHONPATH=<this folder>, or copy it next to the detector.
+Unpickling runs code named by the file: only do it for files you trust. trojanscope.load_model reads
+these files through an allow-list instead. The original zoo's README follows.
+"""
 
 
 def export_zoo(src: Path | str, dst: Path | str, fmt: str = "trojai", overwrite: bool = False) -> list[Path]:
@@ -48,6 +56,9 @@ def export_zoo(src: Path | str, dst: Path | str, fmt: str = "trojai", overwrite:
             _verify(model, out)
             exported.append(dst / rel_root / model_dir.name)
         atomic_write_text(tmp / "model_factories.py", MODEL_FACTORIES_SOURCE)
+        readme = tmp / "README.txt"
+        previous = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+        atomic_write_text(readme, EXPORT_NOTE.format(src=src) + ("\n" + previous if previous else ""))
     return exported
 
 
