@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 
@@ -47,10 +49,8 @@ class Peek(Detector):
 
 
 class Oracle(Detector):
-    """Reads the answer from a hidden side channel the *test* plants (the model file's first weight sign)."""
+    """Looks the model file's hash up in a table the *test* passes through the environment."""
 
     def score(self, inputs: ModelInputs) -> Detection:
-        from trojanscope.models import load_model
-
-        bias = load_model(inputs.model_filepath).linear.bias.detach()
-        return Detection(0.8 if float(bias[0]) > 0 else 0.2)
+        table = json.loads(os.environ["ORACLE_TABLE"])
+        return Detection(table[hashlib.sha256(inputs.model_filepath.read_bytes()).hexdigest()])

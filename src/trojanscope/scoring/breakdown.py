@@ -112,6 +112,16 @@ def _metrics(sub: pd.DataFrame) -> dict[str, Any]:
                 "mean_p_clean": float(p[y == 0].mean()) if (y == 0).any() else math.nan}
 
 
+def _rank_auc(y: np.ndarray, p: np.ndarray) -> float:
+    """ROC-AUC as the Mann–Whitney U statistic (ties count half): equal to sklearn's, ~50x cheaper."""
+    from scipy.stats import rankdata
+
+    n1 = int(y.sum())
+    n0 = y.size - n1
+    ranks = rankdata(p)
+    return float((ranks[y == 1].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+
 def prevalence_sweep(y: Any, p: Any, *, prevalences: Any = None, resamples: int = 10,
                      seed: int = 0) -> pd.DataFrame:
     """CE and AUC when the scored set has trojan prevalence π (1% … 99% by default), ``resamples`` draws each.
@@ -139,7 +149,7 @@ def prevalence_sweep(y: Any, p: Any, *, prevalences: Any = None, resamples: int 
         for _ in range(resamples):
             idx = np.concatenate([rng.choice(pos, k_pos, replace=False), rng.choice(neg, k_neg, replace=False)])
             ces.append(cross_entropy_loss(y_arr[idx], p_arr[idx]))
-            aucs.append(roc_auc_score(y_arr[idx], p_arr[idx]))
+            aucs.append(_rank_auc(y_arr[idx], p_arr[idx]))
         rows.append({"prevalence": float(pi), "realised_prevalence": k_pos / (k_pos + k_neg), "n": k_pos + k_neg,
                      "cross_entropy": float(np.mean(ces)), "cross_entropy_std": float(np.std(ces)),
                      "roc_auc": float(np.mean(aucs)), "base_rate_cross_entropy": base_rate_cross_entropy(pi),

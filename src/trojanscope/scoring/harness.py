@@ -23,7 +23,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from trojanscope.errors import ConfigError, LayoutError
@@ -135,7 +134,8 @@ def scores_for(results: pd.DataFrame) -> dict[str, Any]:
     scores["n_failed"] = int((results["status"] != "ok").sum())
     scores["failures"] = {k: int(v) for k, v in results.loc[results["status"] != "ok", "status"].value_counts().items()}
     scores["missing_ground_truth"] = sorted(results.loc[results["ground_truth"].isna(), "model_name"])
-    scores["mean_seconds"] = float(np.mean(results["seconds"])) if len(results) else float("nan")
+    seconds = pd.to_numeric(results["seconds"], errors="coerce") if "seconds" in results else pd.Series(dtype=float)
+    scores["mean_seconds"] = float(seconds.mean()) if seconds.notna().any() else float("nan")
     return scores
 
 

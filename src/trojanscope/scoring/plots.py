@@ -20,14 +20,14 @@ def _plt() -> Any:
 
     plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "axes.spines.top": False,
                          "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.25,
-                         "legend.frameon": False, "figure.dpi": 150})
+                         "legend.frameon": False, "figure.dpi": 120})
     return plt
 
 
 def _png(fig: Any) -> bytes:
     buf = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=150)
+    fig.savefig(buf, format="png", dpi=120)
     _plt().close(fig)
     return buf.getvalue()
 

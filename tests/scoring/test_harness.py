@@ -1,0 +1,197 @@
+"""The runner: contract, neutral copies, failures scored 0.5 with reasons, resume, bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import make_zoo
+from trojanscope.errors import ConfigError, LayoutError
+from trojanscope.models.layout import list_model_dirs, read_ground_truth
+from trojanscope.scoring.harness import evaluate
+from trojanscope.scoring.results import RESULT_COLUMNS
+
+
+def _first(zoo: Path, n: int) -> list[Path]:
+    return list_model_dirs(zoo)[:n]
+
+
+def test_constant_in_process_scores_ln2_and_writes_files(zoo: Path, tmp_path: Path) -> None:
+    res = evaluate(zoo, tmp_path / "run", detector="constant", workers=2, progress=False)
+    assert res.scores["cross_entropy"] == math.log(2)
+    assert res.scores["n"] == 12 and res.scores["n_failed"] == 0
+    assert list(res.results["model_name"]) == sorted(res.results["model_name"])
+    csv = pd.read_csv(tmp_path / "run" / "results.csv")
+    assert tuple(csv.columns) == RESULT_COLUMNS and len(csv) == 12 and set(csv["status"]) == {"ok"}
+    assert json.loads((tmp_path / "run" / "scores.json").read_text())["cross_entropy"] == math.log(2)
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["detector"] == "constant" and run["finished"]
+
+
+def test_detector_sees_only_a_neutral_copy(zoo: Path, tmp_path: Path) -> None:
+    res = evaluate(zoo, tmp_path / "run", detector="faulty_detectors:Peek", workers=1, progress=False)
+    assert (res.results["probability"] == 0.1).all(), res.results
+
+
+def test_in_process_answers_reach_the_scores(zoo: Path, tmp_path: Path) -> None:
+    table = {hashlib.sha256((d / "model.pt").read_bytes()).hexdigest(): 0.8 if read_ground_truth(d) else 0.2
+             for d in list_model_dirs(zoo)}
+    res = evaluate(zoo, tmp_path / "run", detector="faulty_detectors:Oracle", env={"ORACLE_TABLE": json.dumps(table)},
+                   workers=2, progress=False)
+    truth = res.results["ground_truth"].astype(int)
+    assert list(res.results["probability"]) == [0.8 if t else 0.2 for t in truth]
+    assert res.scores["roc_auc"] == 1.0
+    assert res.scores["cross_entropy"] == pytest.approx(-math.log(0.8))
+
+
+@pytest.mark.parametrize(("name", "status", "reason"), [
+    ("Crash", "crash", "RuntimeError: boom on purpose"),
+    ("Garbage", "unparsable", "not a number"),
+    ("Nan", "nan", "NaN"),
+    ("Die", "crash", "exit code 3"),
+])
+def test_in_process_failures_score_half_with_reason(zoo: Path, tmp_path: Path, name: str, status: str,
+                                                    reason: str) -> None:
+    res = evaluate(zoo, tmp_path / "run", detector=f"faulty_detectors:{name}", models=_first(zoo, 2),
+                   progress=False)
+    assert (res.results["probability"] == 0.5).all()
+    assert set(res.results["status"]) == {status}
+    assert all(reason in r for r in res.results["reason"])
+
+
+def test_in_process_hang_is_killed_at_the_limit(zoo: Path, tmp_path: Path) -> None:
+    res = evaluate(zoo, tmp_path / "run", detector="faulty_detectors:Hang", models=_first(zoo, 3), workers=2,
+                   time_limit_s=0.5, progress=False)
+    assert set(res.results["status"]) == {"timeout"} and (res.results["probability"] == 0.5).all()
+    assert all("0.5 s limit" in r for r in res.results["reason"])
+
+
+@pytest.mark.parametrize(("script", "status", "reason"), [
+    ("crash", "crash", "detector exploded"),
+    ("garbage", "unparsable", "probably trojaned"),
+    ("nothing", "missing", "no result file"),
+    ("outofrange", "out_of_range", "outside [0, 1]"),
+])
+def test_subprocess_failures_score_half_with_reason(zoo: Path, tmp_path: Path, scripts: dict[str, str],
+                                                    script: str, status: str, reason: str) -> None:
+    res = evaluate(zoo, tmp_path / "run", command=scripts[script], models=_first(zoo, 2), progress=False)
+    assert (res.results["probability"] == 0.5).all()
+    assert set(res.results["status"]) == {status}
+    assert all(reason in r for r in res.results["reason"]), list(res.results["reason"])
+
+
+def test_subprocess_hang_is_killed_with_its_group(zoo: Path, tmp_path: Path, scripts: dict[str, str]) -> None:
+    res = evaluate(zoo, tmp_path / "run", command=scripts["hang"], models=_first(zoo, 2), workers=2,
+                   time_limit_s=1.0, progress=False)
+    assert set(res.results["status"]) == {"timeout"}
+    assert (res.results["seconds"] < 10).all()
+
+
+def test_subprocess_contract_arguments_leak_nothing(zoo: Path, tmp_path: Path, scripts: dict[str, str]) -> None:
+    log = tmp_path / "argv.jsonl"
+    res = evaluate(zoo, tmp_path / "run", command=scripts["args"], workers=2, env={"ARGV_LOG": str(log)},
+                   progress=False)
+    assert (res.results["probability"] == 0.3).all()
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(calls) == 12
+    for call in calls:
+        argv, seen = call["argv"], call["seen"]
+        text = " ".join(argv + seen)
+        assert "id-0000" not in text and "ground_truth" not in text and "poisoned_example" not in text
+        for flag in ("--model_filepath", "--result_filepath", "--scratch_dirpath", "--examples_dirpath",
+                     "--cls_token_is_first"):
+            assert flag in argv
+        assert "--tokenizer_filepath" not in argv  # the fake zoo ships no tokenizers/
+        assert sum(p.endswith(".txt") for p in seen) == 4
+    # Shuffled: the order models ran in is not the sorted order (seeded, so this is deterministic).
+    ran = pd.read_csv(tmp_path / "run" / "results.csv")["model_name"].tolist()
+    assert ran != sorted(ran)
+
+
+def test_resume_scores_each_model_once(tmp_path: Path, scripts: dict[str, str]) -> None:
+    zoo = make_zoo(tmp_path / "zoo", n=6)
+    out = tmp_path / "run"
+    log = tmp_path / "argv.jsonl"
+    evaluate(zoo, out, command=scripts["args"], models=_first(zoo, 3), env={"ARGV_LOG": str(log)}, progress=False)
+    # Simulate a kill mid-write: a half line at the end must be dropped and that model rerun.
+    with open(out / "results.csv", "a") as fh:
+        fh.write("id-00000003,0.3,o")
+    res = evaluate(zoo, out, command=scripts["args"], env={"ARGV_LOG": str(log)}, progress=False)
+    assert len(log.read_text().splitlines()) == 6  # 3 + 3: nothing ran twice
+    csv = pd.read_csv(out / "results.csv")
+    assert sorted(csv["model_name"]) == [f"id-{i:08d}" for i in range(6)]
+    assert res.scores["n"] == 6
+
+
+def test_resume_into_another_detectors_folder_is_refused(zoo: Path, tmp_path: Path) -> None:
+    evaluate(zoo, tmp_path / "run", detector="constant", models=_first(zoo, 1), progress=False)
+    with pytest.raises(ConfigError, match="different detector"):
+        evaluate(zoo, tmp_path / "run", detector="random", models=_first(zoo, 1), progress=False)
+
+
+def test_missing_ground_truth_scores_the_rest_and_names_them(tmp_path: Path) -> None:
+    zoo = make_zoo(tmp_path / "zoo", n=4)
+    (zoo / "models" / "id-00000002" / "ground_truth.csv").unlink()
+    res = evaluate(zoo, tmp_path / "run", detector="constant", progress=False)
+    assert res.scores["n"] == 3 and res.scores["missing_ground_truth"] == ["id-00000002"]
+    assert res.results["ground_truth"].isna().sum() == 1
+
+
+def test_bad_input_fails_before_any_model_runs(zoo: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found on PATH"):
+        evaluate(zoo, tmp_path / "a", command="no-such-detector-xyz --flag", progress=False)
+    with pytest.raises(ConfigError, match="does not exist"):
+        evaluate(zoo, tmp_path / "b", command="./missing.py", progress=False)
+    with pytest.raises(ConfigError, match="exactly one"):
+        evaluate(zoo, tmp_path / "c", detector="constant", command="true", progress=False)
+    with pytest.raises(Exception, match="did you mean constant"):
+        evaluate(zoo, tmp_path / "d", detector="constnt", progress=False)
+    empty = tmp_path / "empty"
+    (empty / "models").mkdir(parents=True)
+    with pytest.raises(LayoutError, match="no model folders"):
+        evaluate(empty, tmp_path / "e", detector="constant", progress=False)
+    assert not (tmp_path / "a" / "results.csv").exists()
+
+
+def test_random_baseline_is_reproducible(zoo: Path, tmp_path: Path) -> None:
+    a = evaluate(zoo, tmp_path / "a", detector="random", progress=False, seed=1)
+    b = evaluate(zoo, tmp_path / "b", detector="random", progress=False, seed=2)
+    assert a.results["probability"].tolist() == b.results["probability"].tolist()
+    shutil.rmtree(tmp_path / "a")
+
+
+@pytest.mark.slow
+def test_resume_after_a_real_kill(tmp_path: Path) -> None:
+    zoo = make_zoo(tmp_path / "zoo", n=6)
+    out = tmp_path / "run"
+    slow = tmp_path / "slow.py"
+    slow.write_text("import sys, time\ntime.sleep(0.3)\nr = sys.argv[sys.argv.index('--result_filepath') + 1]\n"
+                    "open(r, 'w').write('0.7')\n")
+    code = (f"from trojanscope.scoring.harness import evaluate\n"
+            f"evaluate({str(zoo)!r}, {str(out)!r}, command=[{sys.executable!r}, {str(slow)!r}], progress=False)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        rows = (out / "results.csv").read_text().count("\n") - 1 if (out / "results.csv").exists() else 0
+        if rows >= 2:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = pd.read_csv(out / "results.csv")
+    assert 2 <= len(done_before) < 6
+    res = evaluate(zoo, out, command=[sys.executable, str(slow)], progress=False)
+    csv = pd.read_csv(out / "results.csv")
+    assert sorted(csv["model_name"]) == [f"id-{i:08d}" for i in range(6)]  # each model exactly once
+    assert (res.results["probability"] == 0.7).all()

@@ -1,0 +1,123 @@
+"""Breakdowns, the prevalence sweep, the report, and the CLI's messages for bad input."""
+
+from __future__ import annotations
+
+import base64
+import math
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from conftest import make_zoo
+from trojanscope.cli import build_app
+from trojanscope.scoring.breakdown import factor_table, prevalence_sweep, read_factor_metadata
+from trojanscope.scoring.harness import evaluate
+from trojanscope.scoring.metrics import base_rate_cross_entropy
+
+
+class _Images(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[str] = []
+        self.tags = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags += 1
+        if tag == "img":
+            self.images.append(dict(attrs)["src"] or "")
+
+
+@pytest.fixture(scope="module")
+def run_dir(zoo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("run")
+    evaluate(zoo, out, detector="random", progress=False)
+    return out
+
+
+@pytest.mark.slow
+def test_report_renders_self_contained_with_all_figures(run_dir: Path) -> None:
+    code, out = _cli("report", str(run_dir))  # the CLI path; write_report does the work
+    assert code == 0, out
+    html_path, md_path = run_dir / "report.html", run_dir / "report.md"
+    html = html_path.read_text()
+    parser = _Images()
+    parser.feed(html)
+    assert parser.tags > 50
+    assert len(parser.images) == 5  # ROC, reliability, histogram, prevalence, per-factor
+    for src in parser.images:
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "http://" not in html and "https://" not in html  # nothing fetched from outside
+    md = md_path.read_text()
+    assert "| Cross-entropy (95% CI) |" in md and "## Per factor" in md
+    assert (run_dir / "breakdown.csv").is_file() and (run_dir / "prevalence.csv").is_file()
+
+
+def test_factor_table_counts_and_trigger_levels_include_all_clean(zoo: Path) -> None:
+    scored = pd.DataFrame({"model_name": [f"id-{i:08d}" for i in range(12)], "probability": 0.5,
+                           "ground_truth": pd.array([i % 2 for i in range(12)], dtype="Int64")})
+    table = factor_table(scored, read_factor_metadata(zoo))
+    arch = table[table["factor"] == "architecture"].set_index("level")
+    assert arch.loc["Linear", "n"] == 6 and arch.loc["FCLinear", "n"] == 6
+    trig = table[table["factor"] == "trigger type"].set_index("level")
+    assert set(trig.index) == {"character", "word", "phrase"}
+    assert (trig["n_clean"] == 6).all() and trig["n_poisoned"].sum() == 6
+    adv = table[table["factor"] == "adversarial training"]
+    assert set(adv["level"]) == {"None", "FBF"}  # "None" is a level, not a missing value
+    assert np.allclose(table["cross_entropy"], math.log(2))
+
+
+def test_prevalence_sweep_hits_its_prevalences() -> None:
+    rng = np.random.default_rng(0)
+    y = np.array([0] * 100 + [1] * 100)
+    p = np.clip(0.35 * y + rng.uniform(0, 0.65, 200), 0, 1)
+    sweep = prevalence_sweep(y, p, resamples=10, seed=0)
+    assert len(sweep) == 99
+    assert np.allclose(sweep["realised_prevalence"], sweep["prevalence"], atol=0.02)
+    row = sweep.set_index("prevalence").loc[0.5]
+    assert row["n"] == 200 and row["base_rate_cross_entropy"] == pytest.approx(math.log(2))
+    assert row["target_cross_entropy"] == pytest.approx(base_rate_cross_entropy(0.5) / 2)
+    const = prevalence_sweep(y, np.full(200, 0.5), prevalences=[0.1, 0.9])
+    assert np.allclose(const["cross_entropy"], math.log(2))
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(build_app(), list(args))
+    return result.exit_code, result.output + (str(result.exception) if result.exception else "")
+
+
+def test_cli_score_and_its_bad_inputs(run_dir: Path, zoo: Path, tmp_path: Path) -> None:
+    code, out = _cli("score", "--results", str(run_dir / "results.csv"), "--zoo", str(zoo), "--json")
+    assert code == 0 and '"cross_entropy"' in out
+    dup = tmp_path / "dup.csv"
+    dup.write_text("model_name,probability\nid-00000000,0.2\nid-00000000,0.3\n")
+    code, out = _cli("score", "--results", str(dup), "--zoo", str(zoo))
+    assert code != 0 and "duplicate model ids id-00000000" in out
+    unknown = tmp_path / "unknown.csv"
+    unknown.write_text("model_name,probability\nid-99999999,0.2\n")
+    code, out = _cli("score", "--results", str(unknown), "--zoo", str(zoo))
+    assert code != 0 and "not in" in out and "id-99999999" in out
+    partial = tmp_path / "partial.csv"
+    partial.write_text("model_name,probability\nid-00000000,0.2\nid-00000001,garbage\n")
+    code, out = _cli("score", "--results", str(partial), "--zoo", str(zoo), "--json")
+    assert code == 0 and '"missing": 10' in out and '"unparsable": 1' in out
+
+
+def test_cli_evaluate_reports_bad_input_in_one_line(zoo: Path, tmp_path: Path) -> None:
+    code, out = _cli("evaluate", "--zoo", str(zoo), "--out", str(tmp_path / "r"), "--command", "no-such-prog-xyz")
+    assert code != 0 and "not found on PATH" in out
+    code, out = _cli("evaluate", "--zoo", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r2"),
+                     "--detector", "constant")
+    assert code != 0 and "does not exist" in out
+
+
+def test_cli_no_ground_truth_is_a_clear_failure(tmp_path: Path) -> None:
+    zoo = make_zoo(tmp_path / "zoo", n=2, with_truth=False)
+    code, out = _cli("evaluate", "--zoo", str(zoo), "--out", str(tmp_path / "r"), "--detector", "constant",
+                     "--no-progress")
+    assert code != 0 and "nothing can be scored" in out
+    assert len(pd.read_csv(tmp_path / "r" / "results.csv")) == 2  # answers kept all the same
