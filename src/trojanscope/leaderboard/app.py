@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -97,7 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                               "team uploads need the team's token.")
     app.state.settings = settings
     app.state.sessionmaker = make_sessionmaker(settings.db_url)
-    app.state.templates_dir = Path(__file__).parent / "templates"
+    app.state.round_page_cache = {}  # (round, admin) -> (checked at, fingerprint, html); see routes.pages
 
     @app.exception_handler(TrojanscopeError)
     async def _service_error(_request: Request, exc: TrojanscopeError) -> JSONResponse:

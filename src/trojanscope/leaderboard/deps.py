@@ -1,4 +1,7 @@
-"""FastAPI dependencies: the settings, a database session per request, and who is asking."""
+"""FastAPI dependencies: the settings, a database session per request, and who is asking.
+
+The cheap ones are ``async`` so FastAPI runs them on the event loop instead of the thread pool.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from trojanscope.leaderboard import security
 from trojanscope.leaderboard.settings import Settings
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
@@ -21,7 +24,7 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
-def bearer(authorization: Annotated[str | None, Header()] = None) -> str | None:
+async def bearer(authorization: Annotated[str | None, Header()] = None) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` header, if any."""
     if not authorization:
         return None
@@ -29,13 +32,13 @@ def bearer(authorization: Annotated[str | None, Header()] = None) -> str | None:
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
-def is_admin(settings: Annotated[Settings, Depends(get_settings)],
+async def is_admin(settings: Annotated[Settings, Depends(get_settings)],
              token: Annotated[str | None, Depends(bearer)]) -> bool:
     """Whether the request carries the organiser token (never raises: pages use it to decide what to show)."""
     return security.admin_matches(token, settings.admin_secret())
 
 
-def require_admin(settings: Annotated[Settings, Depends(get_settings)],
+async def require_admin(settings: Annotated[Settings, Depends(get_settings)],
                   token: Annotated[str | None, Depends(bearer)]) -> None:
     """401 without a token, 403 with a wrong one."""
     if not token:

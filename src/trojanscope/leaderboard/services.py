@@ -263,31 +263,46 @@ def submission_view(sub: Submission, *, admin: bool) -> dict[str, Any]:
 
 def leaderboard(s: Session, rnd: Round, *, include_holdout: bool) -> list[dict[str, Any]]:
     """Each team's best (lowest test CE) scored submission, best first; holdout CE when asked for."""
-    rows = s.execute(select(Job, Submission, Team).join(Submission, Job.submission_id == Submission.id)
+    # Plain columns, not ORM objects: this runs for every page view of a round with many submissions.
+    rows = s.execute(select(Job.stage, Job.scores, Job.runtime_s, Submission.id, Submission.created_at, Team.id,
+                            Team.name).join(Submission, Job.submission_id == Submission.id)
                      .join(Team, Submission.team_id == Team.id)
                      .where(Submission.round_id == rnd.id, Job.status == "done", Job.stage.in_(("test", "holdout")))
                      ).all()
-    holdout = {sub.id: job for job, sub, _ in rows if job.stage == "holdout"}
+    holdout = {sub_id: scores for stage, scores, _, sub_id, _, _, _ in rows if stage == "holdout"}
     best: dict[int, dict[str, Any]] = {}
-    for job, sub, team in rows:
-        ce = (job.scores or {}).get("cross_entropy")
-        if job.stage != "test" or ce is None:
+    for stage, scores, runtime_s, sub_id, created_at, team_id, team_name in rows:
+        sc = scores or {}
+        ce = sc.get("cross_entropy")
+        if stage != "test" or ce is None:
             continue
-        cur = best.get(team.id)
-        if cur is None or (ce, sub.id) < (cur["cross_entropy"], cur["submission_id"]):
-            sc = job.scores
-            best[team.id] = {"team": team.name, "submission_id": sub.id, "cross_entropy": ce,
+        cur = best.get(team_id)
+        if cur is None or (ce, sub_id) < (cur["cross_entropy"], cur["submission_id"]):
+            best[team_id] = {"team": team_name, "submission_id": sub_id, "cross_entropy": ce,
                              "cross_entropy_ci95": sc.get("cross_entropy_ci95"), "roc_auc": sc.get("roc_auc"),
                              "brier": sc.get("brier"), "n": sc.get("n"), "n_ok": sc.get("n_ok"),
-                             "runtime_s": job.runtime_s, "submitted_at": sub.created_at}
+                             "runtime_s": runtime_s, "submitted_at": created_at}
     out = sorted(best.values(), key=lambda r: (r["cross_entropy"], r["submission_id"]))
     for rank, row in enumerate(out, 1):
         row["rank"] = rank
         row["target_met"] = rnd.target_ce is not None and row["cross_entropy"] < rnd.target_ce
         if include_holdout:
             h = holdout.get(row["submission_id"])
-            row["holdout_cross_entropy"] = (h.scores or {}).get("cross_entropy") if h else None
+            row["holdout_cross_entropy"] = (h or {}).get("cross_entropy")
     return out
+
+
+def round_fingerprint(s: Session, rnd: Round) -> tuple:
+    """Changes whenever anything a round page shows changes (two small indexed queries).
+
+    Every submission-level transition changes the per-status counts or the newest id; a finished
+    holdout job (which leaves its submission's status alone) changes the holdout count.
+    """
+    counts = s.execute(select(Submission.status, func.count(Submission.id), func.max(Submission.id))
+                       .where(Submission.round_id == rnd.id).group_by(Submission.status)).all()
+    holdout = s.scalar(select(func.count(Job.id)).join(Submission, Job.submission_id == Submission.id)
+                       .where(Submission.round_id == rnd.id, Job.stage == "holdout", Job.status == "done"))
+    return (rnd.id, rnd.status, tuple(sorted(tuple(c) for c in counts)), holdout)
 
 
 def round_view(s: Session, rnd: Round) -> dict[str, Any]:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, HTTPException, Request, UploadFile
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
+from sqlalchemy.orm import joinedload
+from starlette.concurrency import run_in_threadpool
 
 from trojanscope.errors import TrojanscopeError
 from trojanscope.leaderboard import services
@@ -47,18 +50,41 @@ def index(request: Request, s: SessionDep) -> HTMLResponse:
     return _render(request, "index.html", rounds=rounds)
 
 
+FRESH_S = 0.5  # a cached round page younger than this is served without touching the database
+
+
 def _round_page(request: Request, s: Any, name: str, admin: bool, status_code: int = 200,
                 error: str | None = None) -> HTMLResponse:
     rnd = services.get_round(s, name)
+    # The round page is the one everybody reloads: render it again only when its content changed
+    # (a fingerprint of two small queries), and skip even those for FRESH_S after a check.
+    cache: dict = request.app.state.round_page_cache
+    fingerprint = services.round_fingerprint(s, rnd)
+    hit = cache.get((name, admin)) if error is None else None
+    if hit is not None and hit[1] == fingerprint:
+        cache[(name, admin)] = (time.monotonic(), fingerprint, hit[2])
+        return HTMLResponse(hit[2], status_code=status_code)
     rows = services.leaderboard(s, rnd, include_holdout=rnd.status == "closed" or admin)
-    recent = s.query(Submission).filter_by(round_id=rnd.id).order_by(Submission.id.desc()).limit(20).all()
-    return _render(request, "round.html", status_code, round=services.round_view(s, rnd), rows=rows,
+    recent = (s.query(Submission).options(joinedload(Submission.team)).filter_by(round_id=rnd.id)
+              .order_by(Submission.id.desc()).limit(20).all())
+    page = _render(request, "round.html", status_code, round=services.round_view(s, rnd), rows=rows,
                    recent=recent, error=error, show_holdout=rnd.status == "closed" or admin)
+    if error is None:
+        cache[(name, admin)] = (time.monotonic(), fingerprint, page.body)
+    return page
+
+
+def _round_page_fresh(request: Request, name: str, admin: bool) -> HTMLResponse:
+    with request.app.state.sessionmaker() as s:
+        return _round_page(request, s, name, admin)
 
 
 @router.get("/rounds/{name}", response_class=HTMLResponse)
-def round_page(name: str, request: Request, s: SessionDep, admin: AdminFlag) -> HTMLResponse:
-    return _round_page(request, s, name, admin)
+async def round_page(name: str, request: Request, admin: AdminFlag) -> HTMLResponse:
+    hit = request.app.state.round_page_cache.get((name, admin))
+    if hit is not None and time.monotonic() - hit[0] < FRESH_S:
+        return HTMLResponse(hit[2])
+    return await run_in_threadpool(_round_page_fresh, request, name, admin)
 
 
 @router.post("/rounds/{name}/submissions")
