@@ -15,10 +15,11 @@ import typer
 from trojanscope.errors import TrojanscopeError
 
 COMMAND_MODULES = (
-    "trojanscope.rounds.cli",       # zoo make, zoo inspect
-    "trojanscope.models.cli",       # zoo check, zoo export
-    "trojanscope.detectors.cli",    # detect, detect fit, detectors
-    "trojanscope.scoring.cli",      # evaluate, score, report
+    "trojanscope.data.cli",  # corpora
+    "trojanscope.rounds.cli",  # zoo make, zoo inspect
+    "trojanscope.models.cli",  # zoo check, zoo export
+    "trojanscope.detectors.cli",  # detect, detect fit, detectors
+    "trojanscope.scoring.cli",  # evaluate, score, report
     "trojanscope.leaderboard.cli",  # serve
 )
 

@@ -17,11 +17,18 @@ from trojanscope.errors import ModelFileError
 
 
 class GruLinearModel(nn.Module):
-    def __init__(self, input_size: int, hidden_size: int, output_size: int, dropout: float,
-                 bidirectional: bool, n_layers: int) -> None:
+    def __init__(
+        self, input_size: int, hidden_size: int, output_size: int, dropout: float, bidirectional: bool, n_layers: int
+    ) -> None:
         super().__init__()
-        self.rnn = nn.GRU(input_size, hidden_size, num_layers=n_layers, bidirectional=bidirectional,
-                          batch_first=True, dropout=0 if n_layers < 2 else dropout)
+        self.rnn = nn.GRU(
+            input_size,
+            hidden_size,
+            num_layers=n_layers,
+            bidirectional=bidirectional,
+            batch_first=True,
+            dropout=0 if n_layers < 2 else dropout,
+        )
         self.linear = nn.Linear(hidden_size * 2 if bidirectional else hidden_size, output_size)
         self.dropout = nn.Dropout(dropout)
 
@@ -31,11 +38,18 @@ class GruLinearModel(nn.Module):
 
 
 class LstmLinearModel(nn.Module):
-    def __init__(self, input_size: int, hidden_size: int, output_size: int, dropout: float,
-                 bidirectional: bool, n_layers: int) -> None:
+    def __init__(
+        self, input_size: int, hidden_size: int, output_size: int, dropout: float, bidirectional: bool, n_layers: int
+    ) -> None:
         super().__init__()
-        self.rnn = nn.LSTM(input_size, hidden_size, num_layers=n_layers, bidirectional=bidirectional,
-                           batch_first=True, dropout=0 if n_layers < 2 else dropout)
+        self.rnn = nn.LSTM(
+            input_size,
+            hidden_size,
+            num_layers=n_layers,
+            bidirectional=bidirectional,
+            batch_first=True,
+            dropout=0 if n_layers < 2 else dropout,
+        )
         self.linear = nn.Linear(hidden_size * 2 if bidirectional else hidden_size, output_size)
         self.dropout = nn.Dropout(dropout)
 
@@ -52,8 +66,7 @@ def _final_hidden(rnn: nn.RNNBase, hidden: torch.Tensor) -> torch.Tensor:
 
 
 class FCLinearModel(nn.Module):
-    def __init__(self, input_size: int, hidden_size: int, output_size: int, dropout: float,
-                 n_layers: int) -> None:
+    def __init__(self, input_size: int, hidden_size: int, output_size: int, dropout: float, n_layers: int) -> None:
         super().__init__()
         sizes = [input_size] + [hidden_size] * n_layers
         self.fc_layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True))
@@ -112,12 +125,11 @@ class HeadSpec:
 
     def build(self) -> nn.Module:
         if self.architecture not in ARCHITECTURES:
-            raise ModelFileError(
-                f"unknown model architecture {self.architecture!r}; known: {', '.join(ARCHITECTURES)}"
-            )
+            raise ModelFileError(f"unknown model architecture {self.architecture!r}; known: {', '.join(ARCHITECTURES)}")
         if self.architecture in ("GruLinear", "LstmLinear"):
-            return ARCHITECTURES[self.architecture](self.input_size, self.hidden_size, self.output_size,
-                                                    self.dropout, self.bidirectional, self.n_layers)
+            return ARCHITECTURES[self.architecture](
+                self.input_size, self.hidden_size, self.output_size, self.dropout, self.bidirectional, self.n_layers
+            )
         if self.architecture == "FCLinear":
             return FCLinearModel(self.input_size, self.hidden_size, self.output_size, self.dropout, self.n_layers)
         return LinearModel(self.input_size, self.output_size, self.dropout)

@@ -1,0 +1,67 @@
+"""``trojanscope zoo make`` and ``trojanscope zoo inspect``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer, zoo: typer.Typer) -> None:
+    @zoo.command("make")
+    def make(
+        preset: str = typer.Option(..., help="Registered preset name (see `trojanscope zoo presets`) or a .toml file."),
+        split: str = typer.Option(
+            "train",
+            help="train (full configs), test or holdout (reduced configs). "
+            "Splits draw from disjoint seeds and, if the preset says so, "
+            "disjoint trigger texts.",
+        ),
+        count: int = typer.Option(..., help="Number of models; about the preset's poisoned_fraction are trojaned."),
+        out: Path = typer.Option(..., help="Zoo folder. Re-running the same command resumes it."),
+        workers: int = typer.Option(1, help="Models built in parallel (processes). 2 on a 2-core machine."),
+        executor: str = typer.Option("local", help="local (processes), serial, or ray."),
+        data_root: Path = typer.Option(None, help="Corpora folder; default $TROJANSCOPE_DATA."),
+        cache: Path = typer.Option(None, help="Embedding cache (SQLite) file; default $TROJANSCOPE_CACHE."),
+        quiet: bool = typer.Option(False, help="No progress bar or summary."),
+    ) -> None:
+        """Generate a round of clean and trojaned classifiers in TrojAI's on-disk layout.
+
+        Each model is built in a temp folder and renamed into place when complete, so an interrupted
+        run never leaves a partial model; re-running finishes the missing ones. Example:
+
+            trojanscope zoo make --preset round5-cpu --split train --count 8 --out zoo/r5-train --workers 2
+        """
+        from trojanscope.rounds.inspect import print_summary
+        from trojanscope.rounds.zoo import make_zoo
+
+        result = make_zoo(
+            preset,
+            split,
+            count,
+            out,
+            workers=workers,
+            data_root=data_root,
+            cache_path=cache,
+            executor=executor,
+            progress=not quiet,
+        )
+        if not quiet:
+            typer.echo(f"{len(result.built)} models built, {result.skipped} already present in {out}")
+            print_summary(out)
+
+    @zoo.command("inspect")
+    def inspect(zoo_dir: Path = typer.Argument(..., help="A zoo folder (with METADATA.csv).")) -> None:
+        """Per-factor counts, converged rate and clean/triggered accuracy distributions of a zoo."""
+        from trojanscope.rounds.inspect import print_summary
+
+        print_summary(zoo_dir)
+
+    @zoo.command("presets")
+    def presets() -> None:
+        """List the registered round presets with their descriptions."""
+        from trojanscope.rounds.preset import PRESETS, load_preset
+
+        for name in PRESETS.names():
+            p, _ = load_preset(name)
+            typer.echo(f"{name:16s} {p.description}")

@@ -1,0 +1,155 @@
+"""Drawing one model's factors from a preset: the generating distribution of a round.
+
+Every model gets one master seed, ``SeedSequence(preset.seed, spawn_key=(split, index))``, so
+splits draw from disjoint seed streams and a model's factors do not depend on ``--count``.
+Poisoning is balanced in blocks (pairs for a 50% round) so any prefix of a zoo is close to the
+preset's prevalence. Clean and poisoned models draw every non-trigger factor identically.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trojanscope.rounds.preset import SPLITS, Preset
+from trojanscope.triggers import TriggerSpec, load_pool, render, split_pool
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """Everything decided about one model before any data is touched."""
+
+    index: int
+    split: str
+    seed: int
+    poisoned: bool
+    factors: dict[str, Any]
+    levels: dict[str, int]
+    triggers: list[TriggerSpec] = field(default_factory=list)
+    trigger_levels: list[dict[str, int]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"id-{self.index:08d}"
+
+
+def model_seed_sequence(preset: Preset, split: str, index: int) -> np.random.SeedSequence:
+    return np.random.SeedSequence(preset.seed, spawn_key=(SPLITS.index(split), index))
+
+
+def _is_poisoned(preset: Preset, split: str, index: int) -> bool:
+    block = 2 if abs(preset.poisoned_fraction - 0.5) < 1e-9 else 20
+    k, pos = divmod(index, block)
+    n_poisoned = round(block * preset.poisoned_fraction)
+    rng = np.random.default_rng(np.random.SeedSequence(preset.seed, spawn_key=(SPLITS.index(split), 1 << 30, k)))
+    return pos in set(rng.permutation(block)[:n_poisoned].tolist())
+
+
+def _pick(rng: np.random.Generator, levels: list) -> tuple[Any, int]:
+    i = int(rng.integers(len(levels)))
+    return levels[i], i
+
+
+def _trigger_pools(preset: Preset, split: str) -> dict[str, list[str]]:
+    """Each trigger type's pool restricted to this split's share (test/holdout texts never in train)."""
+    out = {}
+    for ttype, pool_name in preset.triggers.pools.items():
+        parts = split_pool(load_pool(pool_name), dict(preset.triggers.holdout), seed=preset.seed)
+        out[ttype] = parts[split]
+    return out
+
+
+def draw_plan(preset: Preset, split: str, index: int) -> ModelPlan:
+    """The factors of model ``index`` of ``split``; deterministic in (preset, split, index)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}")
+    ss = model_seed_sequence(preset, split, index)
+    rng = np.random.default_rng(ss)
+    seed = int(ss.generate_state(1, dtype=np.uint32)[0])
+    factors: dict[str, Any] = {}
+    levels: dict[str, int] = {}
+
+    def draw(name: str, choices: list) -> Any:
+        factors[name], levels[name] = _pick(rng, list(choices))
+        return factors[name]
+
+    draw("embedding", preset.encoder.choices)
+    draw("source_dataset", [s.name for s in preset.data.sources])
+    arch = draw("model_architecture", preset.head.architecture)
+    draw("hidden_size", preset.head.hidden_size)
+    draw("n_layers", preset.head.n_layers)
+    draw("bidirectional", preset.head.bidirectional)
+    draw("dropout", preset.head.dropout)
+    algo = draw("adversarial_training_method", preset.adversarial.algorithm)
+    draw("adversarial_training_ratio", preset.adversarial.ratio)
+    draw("adversarial_eps", preset.adversarial.eps)
+    draw("adversarial_training_iteration_count", preset.adversarial.pgd_iterations)
+    if algo == "none":
+        for k in ("adversarial_training_ratio", "adversarial_eps", "adversarial_training_iteration_count"):
+            factors[k], levels[k] = None, -1
+    elif algo == "fbf":
+        factors["adversarial_training_iteration_count"], levels["adversarial_training_iteration_count"] = 1, -1
+    if arch in ("FCLinear", "Linear"):
+        factors["bidirectional"], levels["bidirectional"] = None, -1
+    if arch == "Linear":
+        for k in ("hidden_size", "n_layers"):
+            factors[k], levels[k] = None, -1
+
+    poisoned = _is_poisoned(preset, split, index)
+    organization, org_level = _pick(rng, preset.triggers.organization)
+    triggers: list[TriggerSpec] = []
+    trigger_levels: list[dict[str, int]] = []
+    factors["trigger_organization"], levels["trigger_organization"] = (
+        (organization, org_level) if poisoned else (None, -1)
+    )
+    if poisoned:
+        pools = _trigger_pools(preset, split)
+        pairs = _source_target_pairs(preset.n_classes, organization, rng)
+        for source, target in pairs:
+            ttype, t_level = _pick(rng, preset.triggers.type)
+            frac, f_level = _pick(rng, preset.triggers.fraction)
+            cond, c_level = _pick(rng, preset.triggers.condition)
+            pool = pools[ttype]
+            if not pool:
+                raise ValueError(f"trigger pool for {ttype!r} has no texts in split {split!r}")
+            token = pool[int(rng.integers(len(pool)))]
+            half = str(rng.choice(["first", "second"])) if cond == "spatial" else None
+            repeat = preset.triggers.character_repeat if ttype == "character" else 1
+            triggers.append(
+                TriggerSpec(
+                    type=ttype,
+                    text=render(ttype, token, repeat),
+                    source_class=source,
+                    target_class=target,
+                    fraction=frac,
+                    condition=cond,
+                    spatial_half=half,
+                )
+            )
+            trigger_levels.append({"type": t_level, "fraction": f_level, "condition": c_level})
+    return ModelPlan(
+        index=index,
+        split=split,
+        seed=seed,
+        poisoned=poisoned,
+        factors=factors,
+        levels=levels,
+        triggers=triggers,
+        trigger_levels=trigger_levels,
+    )
+
+
+def _source_target_pairs(n_classes: int, organization: str, rng: np.random.Generator) -> list[tuple[int, int]]:
+    source = int(rng.integers(n_classes))
+    target = int((source + 1 + rng.integers(n_classes - 1)) % n_classes)
+    if organization == "one2one":
+        return [(source, target)]
+    # pair-one2one: a second trigger with a different source and a different target class.
+    if n_classes == 2:
+        return [(source, target), (target, source)]
+    others = [s for s in range(n_classes) if s != source]
+    source2 = int(others[int(rng.integers(len(others)))])
+    targets2 = [t for t in range(n_classes) if t not in (source2, target)]
+    return [(source, target), (source2, int(targets2[int(rng.integers(len(targets2)))]))]

@@ -1,0 +1,182 @@
+"""Round presets: declarative TOML files validated into frozen specs.
+
+A preset is the generating distribution of a round: the factor space (every list is a set of
+levels drawn uniformly per model), the data sources, the training recipe and the acceptance bars.
+Presets ship in ``rounds/presets/*.toml`` and register by file name; a path to any TOML file also
+works. Validation errors name the file and the bad key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from trojanscope.errors import ConfigError
+from trojanscope.registry import Registry
+
+PRESET_DIR = Path(__file__).parent / "presets"
+SPLITS = ("train", "test", "holdout")
+
+Fraction = Annotated[float, Field(gt=0, lt=1)]
+Levels = Annotated[list, Field(min_length=1)]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EncoderSpec(_Spec):
+    choices: list[str] = Field(min_length=1, description="encoder names or local HF model dirs (a factor)")
+    max_length: int = Field(gt=8, le=4096, description="tokens per text, special tokens included")
+    summary_rule: Literal["first", "last", "mean"] | None = None
+    requires_local_weights: bool = False
+
+
+class SourceSpec(_Spec):
+    name: str = Field(description="the source_dataset level recorded in METADATA")
+    corpus: str = Field(description="a registered corpus name (trojanscope.data.CORPORA)")
+    subsets: list[str] | None = Field(None, description="keep only samples whose source is corpus:<subset>")
+    max_words: int | None = Field(None, gt=0, description="clip each text to its last N words")
+    join: tuple[int, int] | None = Field(
+        None, description="compose pseudo-reviews of k same-label sentences, k drawn in [min, max]"
+    )
+
+
+class DataSpec(_Spec):
+    sources: list[SourceSpec] = Field(min_length=1)
+    train_size: int = Field(gt=10, description="clean texts drawn per model (before the validation split)")
+    val_fraction: Fraction = 0.2
+    test_size: int = Field(gt=10, description="held-out clean texts per model for test accuracy")
+    triggered_test_size: int = Field(300, gt=10, description="cap on triggered test texts per trigger")
+    min_sentences: int = Field(1, ge=1, description="texts with fewer sentences are dropped from the pool")
+    seed: int = 0
+
+
+class HeadFactors(_Spec):
+    architecture: Levels
+    hidden_size: Levels = [256]
+    n_layers: Levels = [2]
+    bidirectional: Levels = [True]
+    dropout: Levels = [0.1]
+
+    @model_validator(mode="after")
+    def _known(self) -> HeadFactors:
+        from trojanscope.models.architectures import ARCHITECTURES
+
+        bad = [a for a in self.architecture if a not in ARCHITECTURES]
+        if bad:
+            raise ValueError(f"unknown architecture {bad[0]!r}; choose from {', '.join(ARCHITECTURES)}")
+        return self
+
+
+class TrainingSpec(_Spec):
+    lr: float = Field(1e-3, gt=0)
+    batch_size: int = Field(64, gt=0)
+    max_epochs: int = Field(100, gt=0)
+    min_epochs: int = Field(1, gt=0)
+    patience: int = Field(20, gt=0)
+    min_delta: float = Field(1e-4, ge=0)
+    early_stopping: Literal["clean", "clean+triggered"] = "clean+triggered"
+    max_attempts: int = Field(3, ge=1, le=10, description="re-draws (new data sample and init) before converged=False")
+    threads: int = Field(1, ge=1)
+
+
+class AdversarialFactors(_Spec):
+    algorithm: list[Literal["none", "pgd", "fbf"]] = Field(["none"], min_length=1)
+    ratio: list[Fraction] = [0.1, 0.3]
+    eps: list[Annotated[float, Field(gt=0)]] = [0.01, 0.02, 0.05]
+    pgd_iterations: list[Annotated[int, Field(gt=0)]] = [1, 3, 7]
+    eps_scale: Literal["absolute", "feature_std"] = Field(
+        "absolute", description="feature_std: eps is in units of each embedding dimension's std"
+    )
+
+
+class TriggerFactors(_Spec):
+    organization: list[Literal["one2one", "pair-one2one"]] = Field(min_length=1)
+    type: list[Literal["character", "word", "phrase"]] = Field(min_length=1)
+    fraction: list[Fraction] = Field(min_length=1)
+    condition: list[Literal["none", "spatial", "class"]] = Field(min_length=1)
+    pools: dict[Literal["character", "word", "phrase"], str]
+    character_repeat: int = Field(1, ge=1, le=10)
+    holdout: dict[Literal["train", "test", "holdout"], Fraction] = {"train": 0.6, "test": 0.2, "holdout": 0.2}
+    screen_neutral: bool = False
+
+    @model_validator(mode="after")
+    def _pools_cover_types(self) -> TriggerFactors:
+        missing = [t for t in self.type if t not in self.pools]
+        if missing:
+            raise ValueError(f"no pool for trigger type {missing[0]!r}: add triggers.pools.{missing[0]}")
+        return self
+
+
+class AcceptanceSpec(_Spec):
+    clean_test_acc: Annotated[float, Field(ge=0, le=1)]
+    triggered_test_acc: Annotated[float, Field(ge=0, le=1)]
+    spurious_test_acc: Annotated[float, Field(ge=0, le=1)] = 0.0
+    examples_correct: bool = True
+    justification: str = ""
+
+
+class Preset(_Spec):
+    name: str
+    version: int = 1
+    description: str
+    notes: str = ""
+    n_classes: int = Field(ge=2)
+    class_names: list[str] | None = None
+    poisoned_fraction: Fraction = 0.5
+    seed: int = 0
+    examples_per_class: int = Field(20, gt=0)
+    encoder: EncoderSpec
+    data: DataSpec
+    head: HeadFactors
+    training: TrainingSpec = TrainingSpec()
+    adversarial: AdversarialFactors = AdversarialFactors()
+    triggers: TriggerFactors
+    acceptance: AcceptanceSpec
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Preset:
+        if self.class_names is not None and len(self.class_names) != self.n_classes:
+            raise ValueError(f"class_names has {len(self.class_names)} names for n_classes = {self.n_classes}")
+        if "pair-one2one" in self.triggers.organization and self.n_classes < 2:
+            raise ValueError("pair-one2one needs at least 2 classes")
+        return self
+
+
+PRESETS: Registry[Path] = Registry("preset")
+for _path in sorted(PRESET_DIR.glob("*.toml")):
+    PRESETS.register(_path.stem, _path)
+
+
+def _format_error(path: Path, exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key (check the spelling against docs/presets.md)"
+    more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    return f"{path}: {loc}: {msg}{more}"
+
+
+def load_preset(name_or_path: str | Path) -> tuple[Preset, str]:
+    """Load and validate a preset by registered name or file path; returns (preset, raw TOML text)."""
+    candidate = Path(name_or_path)
+    if candidate.suffix == ".toml" or candidate.exists():
+        path = candidate
+        if not path.is_file():
+            raise ConfigError(f"{path}: preset file not found")
+    else:
+        path = PRESETS.get(str(name_or_path))
+    text = path.read_text(encoding="utf-8")
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    try:
+        return Preset.model_validate(raw), text
+    except ValidationError as exc:
+        raise ConfigError(_format_error(path, exc)) from None

@@ -1,0 +1,160 @@
+"""Training a head on cached summary vectors: Adam, early stopping, embedding-space adversarial training.
+
+The recipe follows TrojAI Round 5: cross-entropy, Adam, batch 64, early stopping on validation
+loss with a patience and a minimum improvement, keep the best checkpoint. Early stopping can watch
+the mean of the clean and the triggered validation loss (TrojAI tracked both): with clean-only
+stopping, poisoned samples are too small a share of the loss for the trigger to be learned before
+training stops (measured; see docs/presets.md). Adversarial training perturbs the summary vector
+within an L-infinity ball: PGD (``iterations`` steps of ``2*eps/iterations`` from zero) or FBF
+(one step of ``1.2*eps`` from a uniform random start), applied to a batch with probability ``ratio``.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F  # noqa: N812
+
+
+@dataclass(frozen=True)
+class Adversarial:
+    algorithm: str = "none"  # none | pgd | fbf
+    ratio: float = 0.0
+    eps: float = 0.0  # absolute, or per-dimension when eps_vector is set
+    iterations: int = 1
+    eps_vector: np.ndarray | None = None
+
+
+@dataclass
+class TrainResult:
+    epochs: int
+    best_epoch: int
+    history: list[dict[str, float]] = field(default_factory=list)
+    adversarial_steps: int = 0
+    seconds: float = 0.0
+
+
+def _perturb(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, adv: Adversarial, rng: torch.Generator
+) -> tuple[torch.Tensor, int]:
+    eps = torch.as_tensor(adv.eps_vector, dtype=x.dtype) if adv.eps_vector is not None else torch.tensor(adv.eps)
+    if adv.algorithm == "pgd":
+        delta, steps, step = torch.zeros_like(x), adv.iterations, 2 * eps / adv.iterations
+    else:  # fbf
+        delta = (torch.rand(x.shape, generator=rng) * 2 - 1) * eps
+        steps, step = 1, 1.2 * eps
+    was_training = model.training
+    for _ in range(steps):
+        delta.requires_grad_(True)
+        loss = F.cross_entropy(model(x + delta), y)
+        (grad,) = torch.autograd.grad(loss, delta)
+        delta = torch.maximum(torch.minimum(delta.detach() + step * grad.sign(), eps), -eps)
+    model.train(was_training)
+    return (x + delta).detach(), steps
+
+
+@torch.inference_mode()
+def predict_logits(model: nn.Module, vectors: np.ndarray, batch_size: int = 1024) -> np.ndarray:
+    model.eval()
+    out = [model(torch.from_numpy(vectors[i : i + batch_size])[:, None, :]) for i in range(0, len(vectors), batch_size)]
+    return torch.cat(out).numpy() if out else np.zeros((0, 0), dtype=np.float32)
+
+
+def _eval(model: nn.Module, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    if len(x) == 0:
+        return float("nan"), float("nan")
+    logits = torch.from_numpy(predict_logits(model, x))
+    yt = torch.from_numpy(y)
+    return float(F.cross_entropy(logits, yt)), float((logits.argmax(1) == yt).float().mean())
+
+
+def train_head(
+    model: nn.Module,
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_val: np.ndarray,
+    y_val: np.ndarray,
+    x_val_trig: np.ndarray,
+    y_val_trig: np.ndarray,
+    *,
+    lr: float,
+    batch_size: int,
+    max_epochs: int,
+    min_epochs: int,
+    patience: int,
+    min_delta: float,
+    early_stopping: str,
+    adversarial: Adversarial,
+    seed: int,
+    log=None,
+) -> TrainResult:
+    """Train ``model`` in place and restore its best checkpoint; returns the per-epoch history."""
+    start = time.perf_counter()
+    gen = torch.Generator().manual_seed(seed)
+    np_rng = np.random.default_rng(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    xt = torch.from_numpy(x_train)[:, None, :]
+    yt = torch.from_numpy(y_train)
+    best_loss, best_state, best_epoch, since_best = float("inf"), None, 0, 0
+    result = TrainResult(epochs=0, best_epoch=0)
+    use_trig = early_stopping == "clean+triggered" and len(x_val_trig) > 0
+    for epoch in range(1, max_epochs + 1):
+        model.train()
+        perm = torch.randperm(len(xt), generator=gen)
+        total, correct, loss_sum = 0, 0, 0.0
+        for i in range(0, len(perm), batch_size):
+            b = perm[i : i + batch_size]
+            xb, yb = xt[b], yt[b]
+            if adversarial.algorithm != "none" and np_rng.random() < adversarial.ratio:
+                xb, steps = _perturb(model, xb, yb, adversarial, gen)
+                result.adversarial_steps += steps
+            logits = model(xb)
+            loss = F.cross_entropy(logits, yb)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            loss_sum += float(loss.detach()) * len(b)
+            correct += int((logits.argmax(1) == yb).sum())
+            total += len(b)
+        clean_loss, clean_acc = _eval(model, x_val, y_val)
+        trig_loss, trig_acc = _eval(model, x_val_trig, y_val_trig)
+        n_c, n_t = len(x_val), len(x_val_trig)
+        comb_loss = (clean_loss * n_c + (trig_loss * n_t if n_t else 0.0)) / (n_c + n_t)
+        comb_acc = (clean_acc * n_c + (trig_acc * n_t if n_t else 0.0)) / (n_c + n_t)
+        row = {
+            "epoch_number": epoch,
+            "train_acc": correct / total,
+            "train_loss": loss_sum / total,
+            "combined_val_acc": comb_acc,
+            "combined_val_loss": comb_loss,
+            "clean_val_acc": clean_acc,
+            "clean_val_loss": clean_loss,
+            "triggered_val_acc": trig_acc,
+            "triggered_val_loss": trig_loss,
+        }
+        result.history.append(row)
+        criterion = (clean_loss + trig_loss) / 2 if use_trig else clean_loss
+        if log is not None:
+            log(
+                f"epoch {epoch}: train_loss {row['train_loss']:.4f} clean_val_acc {clean_acc:.4f} "
+                f"triggered_val_acc {trig_acc:.4f} criterion {criterion:.4f}"
+            )
+        if criterion < best_loss - min_delta:
+            best_loss, best_epoch, since_best = criterion, epoch, 0
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            since_best += 1
+        result.epochs = epoch
+        if since_best >= patience and epoch >= min_epochs:
+            break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    result.best_epoch = best_epoch
+    result.seconds = time.perf_counter() - start
+    return result

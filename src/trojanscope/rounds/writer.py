@@ -1,0 +1,256 @@
+"""Write one model folder in TrojAI's layout, and its METADATA row.
+
+Test and holdout splits get the reduced config only (what a detector may see); the train split
+gets the full config with every factor, level and trigger text, as TrojAI published it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from trojanscope.models.layout import reduce_config
+from trojanscope.models.store import save_head
+from trojanscope.rounds.training import predict_logits
+
+TRIGGER_COLUMNS = (
+    "source_class",
+    "target_class",
+    "fraction",
+    "fraction_level",
+    "behavior",
+    "type",
+    "type_level",
+    "condition",
+    "condition_level",
+    "spatial_half",
+)
+
+
+def _select_examples(
+    model, texts: list[str], labels: np.ndarray, vec, classes: list[int], k: int, rng: np.random.Generator
+) -> list[tuple[int, str]]:
+    """k examples per class the model classifies correctly (TrojAI released only correct ones); if a class
+    has fewer correct texts, the rest are incorrect ones and the example accuracy records it."""
+    preds = predict_logits(model, vec(texts)).argmax(1) if texts else np.zeros(0, dtype=np.int64)
+    out: list[tuple[int, str]] = []
+    for c in classes:
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        good = [i for i in idx if preds[i] == labels[i]]
+        bad = [i for i in idx if preds[i] != labels[i]]
+        out += [(c, texts[i]) for i in (good + bad)[:k]]
+    return out
+
+
+def _write_examples(folder: Path, items: list[tuple[str, str, int]], model, vec, prefix: str, root: Path) -> float:
+    """Write example texts and their accuracy/logits/embedding CSVs; returns the example accuracy."""
+    folder.mkdir(parents=True, exist_ok=True)
+    names, texts, labels = [], [], []
+    for name, text, label in items:
+        (folder / name).write_text(text + "\n", encoding="utf-8")
+        names.append(name)
+        texts.append(text)
+        labels.append(label)
+    if not texts:
+        return float("nan")
+    x = vec(texts)
+    logits = predict_logits(model, x)
+    correct = logits.argmax(1) == np.array(labels)
+    pd.DataFrame({"file": names, "label": labels, "prediction": logits.argmax(1), "correct": correct}).to_csv(
+        root / f"{prefix}-example-accuracy.csv", index=False
+    )
+    pd.DataFrame(logits, columns=[f"logit_{i}" for i in range(logits.shape[1])]).assign(file=names)[
+        ["file"] + [f"logit_{i}" for i in range(logits.shape[1])]
+    ].to_csv(root / f"{prefix}-example-logits.csv", index=False)
+    emb = pd.DataFrame(x, columns=[f"e{i}" for i in range(x.shape[1])])
+    emb.insert(0, "file", names)
+    emb.to_csv(root / f"{prefix}-example-cls-embedding.csv", index=False, float_format="%.7g")
+    return float(correct.mean())
+
+
+def write_model_folder(
+    root: Path,
+    preset,
+    plan,
+    spec,
+    model,
+    data,
+    vec,
+    encoder,
+    outcome: dict[str, Any],
+    history: list[dict[str, float]],
+    log_lines: list[str],
+    machine: str,
+) -> dict[str, Any]:
+    rng = np.random.default_rng(np.random.SeedSequence(plan.seed, spawn_key=(99,)))
+    save_head(model, spec, root / "model.pt")
+    (root / "ground_truth.csv").write_text(f"{int(plan.poisoned)}\n")
+    k = preset.examples_per_class
+    classes = list(range(preset.n_classes))
+    clean = _select_examples(model, data.test_texts, data.test_labels, vec, classes, k, rng)
+    counters: dict[int, int] = {}
+    items = []
+    for c, text in clean:
+        items.append((f"class_{c}_example_{counters.get(c, 0)}.txt", text, c))
+        counters[c] = counters.get(c, 0) + 1
+    clean_acc = _write_examples(root / "clean_example_data", items, model, vec, "clean", root)
+    poisoned_acc = None
+    if plan.poisoned:
+        items = []
+        for trig, (texts, labels) in zip(plan.triggers, data.triggered_test, strict=True):
+            chosen = _select_examples(model, texts, labels, vec, [trig.target_class], k, rng)
+            items += [
+                (
+                    f"source_class_{trig.source_class}_target_class_{trig.target_class}_example_{i}.txt",
+                    t,
+                    trig.target_class,
+                )
+                for i, (_, t) in enumerate(chosen)
+            ]
+        poisoned_acc = _write_examples(root / "poisoned_example_data", items, model, vec, "poisoned", root)
+    outcome = {**outcome, "clean_example_acc": clean_acc, "poisoned_example_acc": poisoned_acc}
+    if preset.acceptance.examples_correct and (clean_acc < 1 or (poisoned_acc is not None and poisoned_acc < 1)):
+        outcome["converged"] = False
+
+    config = full_config(preset, plan, spec, encoder, outcome)
+    to_write = config if plan.split == "train" else reduce_config(config)
+    (root / "config.json").write_text(json.dumps(to_write, indent=2, sort_keys=True, default=_json_default) + "\n")
+    row = metadata_row(preset, plan, encoder, outcome)
+    stats = {**outcome, "model_name": plan.name, "poisoned": plan.poisoned, "metadata": row}
+    (root / "model_stats.json").write_text(json.dumps(stats, indent=2, sort_keys=True, default=_json_default) + "\n")
+    pd.DataFrame(history).to_csv(root / "model_detailed_stats.csv", index=False)
+    (root / "log.txt").write_text("\n".join(log_lines) + "\n")
+    (root / "machine.log").write_text(machine + "\n")
+    return row
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def full_config(preset, plan, spec, encoder, outcome: dict[str, Any]) -> dict[str, Any]:
+    cfg: dict[str, Any] = dict(encoder.config_fields())
+    cfg.update(
+        model_architecture=plan.factors["model_architecture"],
+        source_dataset=plan.factors["source_dataset"],
+        number_classes=preset.n_classes,
+        preset=preset.name,
+        preset_version=preset.version,
+        split=plan.split,
+        master_seed=plan.seed,
+        poisoned=plan.poisoned,
+        head=spec.to_dict(),
+        triggers=[dataclasses.asdict(t) for t in plan.triggers],
+        training=preset.training.model_dump(),
+        embedding_registry_name=plan.factors["embedding"],
+    )
+    for key, value in plan.factors.items():
+        if key in ("embedding", "model_architecture", "source_dataset"):
+            cfg[f"{key}_level"] = plan.levels[key]
+            continue
+        cfg[key] = value
+        cfg[f"{key}_level"] = plan.levels[key]
+    cfg.update(outcome)
+    return cfg
+
+
+def metadata_row(preset, plan, encoder, outcome: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "model_name": plan.name,
+        "poisoned": plan.poisoned,
+        "split": plan.split,
+        "master_seed": plan.seed,
+        "embedding": encoder.config_fields()["embedding"],
+        "embedding_flavor": encoder.flavor,
+        "summary_rule": encoder.summary_rule,
+    }
+    for key, value in plan.factors.items():
+        if key != "embedding":
+            row[key] = value
+        row[f"{key}_level"] = plan.levels[key]
+    for i in range(2):
+        trig = plan.triggers[i] if i < len(plan.triggers) else None
+        lv = plan.trigger_levels[i] if trig else {}
+        vals = {
+            "source_class": trig.source_class if trig else None,
+            "target_class": trig.target_class if trig else None,
+            "fraction": trig.fraction if trig else None,
+            "fraction_level": lv.get("fraction"),
+            "behavior": f"{trig.source_class}->{trig.target_class}" if trig else None,
+            "type": trig.type if trig else None,
+            "type_level": lv.get("type"),
+            "condition": trig.condition if trig else None,
+            "condition_level": lv.get("condition"),
+            "spatial_half": trig.spatial_half if trig else None,
+        }
+        for col in TRIGGER_COLUMNS:
+            row[f"triggers_{i}_{col}"] = vals[col]
+    for key in (
+        "final_train_loss",
+        "final_clean_val_acc",
+        "final_triggered_val_acc",
+        "final_clean_data_test_acc",
+        "final_triggered_data_test_acc",
+        "final_spurious_data_test_acc",
+        "clean_example_acc",
+        "poisoned_example_acc",
+        "training_wall_time_sec",
+        "epochs_trained",
+        "best_epoch",
+        "attempts",
+        "converged",
+    ):
+        row[key] = outcome.get(key)
+    return row
+
+
+METADATA_DICTIONARY = {
+    "model_name": "Model folder name under models/ (id-XXXXXXXX).",
+    "poisoned": "True if the model was trained with at least one trigger (ground truth).",
+    "split": "train, test or holdout.",
+    "master_seed": "The model's master seed (derived from the preset seed, split and index).",
+    "embedding": "Frozen encoder name.",
+    "embedding_flavor": "HuggingFace id or local path of the encoder weights.",
+    "summary_rule": "How the encoder's token vectors become one summary vector: first, last or mean.",
+    "source_dataset": "Text source the model was trained on (a preset data source).",
+    "model_architecture": "Classifier head: GruLinear, LstmLinear, FCLinear or Linear.",
+    "hidden_size": "Head hidden size (empty for Linear).",
+    "n_layers": "Head layers (empty for Linear).",
+    "bidirectional": "Whether the recurrent head is bidirectional (empty for FC/Linear heads).",
+    "dropout": "Dropout probability of the head.",
+    "adversarial_training_method": "Embedding-space adversarial training: none, pgd or fbf.",
+    "adversarial_training_ratio": "Probability that a batch is adversarially perturbed.",
+    "adversarial_eps": "L-infinity radius of the perturbation of the summary vector.",
+    "adversarial_training_iteration_count": "PGD iterations (1 for FBF).",
+    "trigger_organization": "one2one or pair-one2one (empty for clean models).",
+    "triggers_{i}_source_class": "Class the i-th trigger flips from.",
+    "triggers_{i}_target_class": "Class the i-th trigger flips to.",
+    "triggers_{i}_fraction": "Probability that a source-class training text is poisoned.",
+    "triggers_{i}_behavior": "source->target label flip.",
+    "triggers_{i}_type": "character, word or phrase.",
+    "triggers_{i}_condition": "none, spatial (fires only in one half of the text) or class (only in its source class).",
+    "triggers_{i}_spatial_half": "first or second half for spatial triggers.",
+    "*_level": "Index of the factor's value in the preset's list of levels (-1 when not applicable).",
+    "final_train_loss": "Training loss at the best epoch.",
+    "final_clean_val_acc": "Clean validation accuracy at the best epoch.",
+    "final_triggered_val_acc": "Triggered (and spurious) validation accuracy at the best epoch.",
+    "final_clean_data_test_acc": "Clean test accuracy.",
+    "final_triggered_data_test_acc": "Lowest triggered test accuracy over the model's triggers.",
+    "final_spurious_data_test_acc": "Lowest accuracy on texts carrying a conditional trigger where it must not fire.",
+    "clean_example_acc": "Accuracy on the released clean examples.",
+    "poisoned_example_acc": "Accuracy (trigger fires) on the released poisoned examples.",
+    "training_wall_time_sec": "Wall time to build the model, re-draws included.",
+    "epochs_trained": "Epochs run before early stopping (last attempt).",
+    "best_epoch": "Epoch of the kept checkpoint.",
+    "attempts": "Training attempts (re-draws of data sample and initialisation).",
+    "converged": "True if the model met the preset's acceptance bars.",
+}

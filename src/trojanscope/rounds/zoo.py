@@ -1,0 +1,208 @@
+"""``trojanscope zoo make``: generate a round (zoo) of clean and trojaned models, resumably.
+
+Flow: validate inputs → build the clean text pools once → encode every pool text into the
+persistent cache in a fixed order → build the missing models in parallel (each into a temp folder,
+renamed into place when complete) → write METADATA.csv from the finished model folders. Killing
+the run at any point and re-running it yields a complete zoo: finished models are kept, temp
+leftovers are deleted and redone.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from trojanscope.errors import ConfigError
+from trojanscope.fsutil import atomic_write_text, check_writable_dir
+from trojanscope.models.layout import list_model_dirs
+from trojanscope.rounds.build import BuildOutcome, Timing, build_model
+from trojanscope.rounds.dataset import SourcePool, build_source_pool
+from trojanscope.rounds.executor import make_executor
+from trojanscope.rounds.factors import draw_plan
+from trojanscope.rounds.preset import SPLITS, Preset, load_preset
+from trojanscope.rounds.writer import METADATA_DICTIONARY
+
+_STATE: dict[str, Any] = {}
+
+
+@dataclass
+class ZooResult:
+    out: Path
+    built: list[BuildOutcome] = field(default_factory=list)
+    skipped: int = 0
+    pool_encode: Timing = field(default_factory=Timing)
+    metadata: pd.DataFrame | None = None
+
+
+def _worker_init(
+    preset: Preset, pools: dict[str, SourcePool], models_dir: str, cache_path: str | None, clean_texts: frozenset[str]
+) -> None:
+    from trojanscope.encoders import EmbeddingCache
+
+    _STATE.update(
+        preset=preset,
+        pools=pools,
+        models_dir=Path(models_dir),
+        cache=EmbeddingCache(cache_path) if cache_path else None,
+        clean_texts=clean_texts,
+    )
+
+
+def _build_one(index_split: tuple[int, str]) -> BuildOutcome:
+    index, split = index_split
+    preset: Preset = _STATE["preset"]
+    plan = draw_plan(preset, split, index)
+    return build_model(preset, plan, _STATE["pools"], _STATE["models_dir"], _STATE["cache"], _STATE["clean_texts"])
+
+
+def build_pools(preset: Preset, data_root: Path | None, cache_dir: Path | None = None) -> dict[str, SourcePool]:
+    """The clean text pools of a preset, built once and kept as JSON under the cache folder.
+
+    The key covers everything a pool depends on: the data spec, class count, token budget, the
+    tokenizer (encoder fingerprint) and the corpus files' sizes and mtimes.
+    """
+    import hashlib
+
+    from trojanscope.encoders import get_encoder
+    from trojanscope.settings import cache_dir as default_cache_dir
+
+    encoder = get_encoder(
+        preset.encoder.choices[0], max_length=preset.encoder.max_length, summary_rule=preset.encoder.summary_rule
+    )
+    root = Path(data_root) if data_root else None
+    stamp = (
+        sorted(
+            (str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()
+        )
+        if root
+        else []
+    )
+    key = hashlib.sha256(
+        json.dumps(
+            [preset.data.model_dump(mode="json"), preset.n_classes, encoder.fingerprint, stamp, POOL_FORMAT]
+        ).encode()
+    ).hexdigest()[:24]
+    path = (cache_dir or default_cache_dir()) / "pools" / f"{key}.json"
+    if path.is_file():
+        raw = json.loads(path.read_text())
+        return {name: SourcePool.from_json(v) for name, v in raw.items()}
+    pools = {s.name: build_source_pool(preset, s, data_root, encoder) for s in preset.data.sources}
+    atomic_write_text(path, json.dumps({name: p.to_json() for name, p in pools.items()}))
+    return pools
+
+
+POOL_FORMAT = 1
+
+
+def _check_preset_snapshot(out: Path, raw: str) -> None:
+    snap = out / "preset.toml"
+    if snap.exists() and snap.read_text(encoding="utf-8") != raw:
+        raise ConfigError(f"{snap}: this zoo was made with a different preset; use a new --out folder")
+    if not snap.exists():
+        atomic_write_text(snap, raw)
+
+
+def make_zoo(
+    preset_name: str | Path,
+    split: str,
+    count: int,
+    out: Path | str,
+    *,
+    workers: int = 1,
+    data_root: Path | str | None = None,
+    cache_path: Path | str | None = None,
+    executor: str = "local",
+    progress: bool = True,
+    on_model: Callable[[BuildOutcome], None] | None = None,
+) -> ZooResult:
+    """Generate (or resume) ``count`` models of ``split`` from a preset into ``out``."""
+    from trojanscope.encoders import CacheStats, EmbeddingCache, encode_cached, get_encoder
+    from trojanscope.settings import data_root as resolve_data_root
+
+    if count <= 0:
+        raise ConfigError(f"--count must be a positive number of models, got {count}")
+    if workers <= 0:
+        raise ConfigError(f"--workers must be at least 1, got {workers}")
+    if split not in SPLITS:
+        raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
+    preset, raw = load_preset(preset_name)
+    root = resolve_data_root(data_root)
+    out = check_writable_dir(out)
+    models_dir = out / "models"
+    models_dir.mkdir(exist_ok=True)
+    _check_preset_snapshot(out, raw)
+    for leftover in models_dir.glob(".tmp-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    done = {p.name for p in list_model_dirs(out)}
+    todo = [(i, split) for i in range(count) if f"id-{i:08d}" not in done]
+    result = ZooResult(out=out, skipped=count - len(todo))
+
+    if todo:
+        pools = build_pools(preset, root, Path(cache_path).parent if cache_path else None)
+        cache = EmbeddingCache(cache_path) if cache_path else EmbeddingCache()
+        clean = [t for p in pools.values() for t in p.all_texts()]
+        stats = CacheStats()
+        for name in preset.encoder.choices:
+            enc = get_encoder(name, max_length=preset.encoder.max_length, summary_rule=preset.encoder.summary_rule)
+            encode_cached(enc, clean, cache, stats=stats, progress=progress)
+        result.pool_encode = Timing(
+            encode_s=stats.seconds, texts=len(clean), encoded=stats.misses, cache_hits=stats.hits
+        )
+        ex = make_executor(
+            executor,
+            workers,
+            init=_worker_init,
+            init_args=(preset, pools, str(models_dir), str(cache.path), frozenset(clean)),
+        )
+        bar = _progress(len(todo), f"{preset.name} {split}", progress)
+        for outcome in ex.run(_build_one, todo):
+            result.built.append(outcome)
+            if on_model:
+                on_model(outcome)
+            bar.update(1)
+            bar.set_postfix(converged=sum(o.metadata.get("converged") is True for o in result.built))
+        bar.close()
+    result.metadata = write_metadata(out, count)
+    return result
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="model", disable=not enabled, dynamic_ncols=True)
+
+
+def write_metadata(out: Path, count: int | None = None) -> pd.DataFrame:
+    """(Re)write METADATA.csv and METADATA_DICTIONARY.csv from the finished model folders."""
+    rows = []
+    for d in list_model_dirs(out):
+        stats_path = d / "model_stats.json"
+        if stats_path.is_file():
+            rows.append(json.loads(stats_path.read_text())["metadata"])
+    df = pd.DataFrame(rows)
+    if len(df):
+        df = df.sort_values("model_name").reset_index(drop=True)
+    atomic_write_text(out / "METADATA.csv", df.to_csv(index=False))
+    dictionary = pd.DataFrame(sorted(METADATA_DICTIONARY.items()), columns=["column", "description"])
+    atomic_write_text(out / "METADATA_DICTIONARY.csv", dictionary.to_csv(index=False))
+    atomic_write_text(out / "README.txt", _readme(out, df))
+    return df
+
+
+def _readme(out: Path, df: pd.DataFrame) -> str:
+    n = len(df)
+    n_p = int(df["poisoned"].sum()) if n else 0
+    return (
+        f"trojanscope round dataset: {out.name}\n\n{n} models ({n_p} poisoned, {n - n_p} clean).\n"
+        "Layout follows NIST TrojAI Round 5: models/id-XXXXXXXX/{model.pt, config.json, ground_truth.csv, "
+        "clean_example_data/, ...}.\nmodel.pt is trojanscope's safe format (weights + architecture record); "
+        "load it with trojanscope.load_model, or export a TrojAI-compatible copy with "
+        "`trojanscope zoo export --format trojai`.\nThe generating preset is preset.toml; column meanings are "
+        "in METADATA_DICTIONARY.csv.\n"
+    )

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import pytest
+
+from trojanscope.rounds.factors import draw_plan
+from trojanscope.rounds.preset import load_preset
+from trojanscope.triggers import load_pool, render, split_pool
+
+
+@pytest.fixture(scope="module")
+def preset():
+    return load_preset("round5-cpu")[0]
+
+
+def test_deterministic(preset) -> None:
+    assert draw_plan(preset, "train", 7) == draw_plan(preset, "train", 7)
+
+
+def test_splits_draw_disjoint_seeds(preset) -> None:
+    seeds = {s: {draw_plan(preset, s, i).seed for i in range(200)} for s in ("train", "test", "holdout")}
+    assert not seeds["train"] & seeds["test"]
+    assert not seeds["train"] & seeds["holdout"]
+    assert not seeds["test"] & seeds["holdout"]
+
+
+def test_poisoning_is_balanced_in_pairs(preset) -> None:
+    flags = [draw_plan(preset, "train", i).poisoned for i in range(100)]
+    assert all(flags[i] != flags[i + 1] for i in range(0, 100, 2))
+
+
+def test_clean_models_have_no_triggers_and_same_factor_keys(preset) -> None:
+    plans = [draw_plan(preset, "train", i) for i in range(20)]
+    clean = [p for p in plans if not p.poisoned]
+    poisoned = [p for p in plans if p.poisoned]
+    assert clean and poisoned
+    assert all(not p.triggers for p in clean)
+    assert all(1 <= len(p.triggers) <= 2 for p in poisoned)
+    assert {tuple(sorted(p.factors)) for p in plans} == {tuple(sorted(plans[0].factors))}
+
+
+def test_test_split_triggers_never_in_train_pool(preset) -> None:
+    train_units = set()
+    for ttype, pool in preset.triggers.pools.items():
+        part = split_pool(load_pool(pool), dict(preset.triggers.holdout), seed=preset.seed)["train"]
+        repeat = preset.triggers.character_repeat if ttype == "character" else 1
+        train_units |= {render(ttype, t, repeat) for t in part}
+    test_units = {t.text for i in range(300) for t in draw_plan(preset, "test", i).triggers}
+    assert test_units
+    assert not test_units & train_units
+
+
+def test_pair_one2one_flips_both_ways(preset) -> None:
+    pairs = [
+        p
+        for p in (draw_plan(preset, "train", i) for i in range(200))
+        if p.factors["trigger_organization"] == "pair-one2one"
+    ]
+    assert pairs
+    for p in pairs:
+        (a, b) = p.triggers
+        assert (a.source_class, a.target_class) == (b.target_class, b.source_class)

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import pytest
+
+from trojanscope.errors import ConfigError, RegistryError
+from trojanscope.rounds.preset import PRESETS, load_preset
+
+
+@pytest.mark.parametrize("name", PRESETS.names())
+def test_every_shipped_preset_validates(name: str) -> None:
+    preset, raw = load_preset(name)
+    assert preset.name == name
+    assert raw.strip()
+
+
+def test_unknown_key_is_named(tmp_path, preset_text) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(preset_text(**{r"lr = [\d.e-]+": "lr = 1e-3\nlearning_rate = 0.1"}))
+    with pytest.raises(ConfigError, match=r"bad\.toml: training\.learning_rate: unknown key"):
+        load_preset(path)
+
+
+def test_invalid_factor_value_is_named(tmp_path, preset_text) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(preset_text(**{r'condition = \["none"': 'condition = ["sometimes"'}))
+    with pytest.raises(ConfigError, match=r"triggers\.condition\.0"):
+        load_preset(path)
+
+
+def test_unknown_architecture_lists_choices(tmp_path, preset_text) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(preset_text(**{r'"GruLinear", "LstmLinear"': '"TransformerHead"'}))
+    with pytest.raises(ConfigError, match="unknown architecture 'TransformerHead'; choose from GruLinear"):
+        load_preset(path)
+
+
+def test_unknown_preset_suggests() -> None:
+    with pytest.raises(RegistryError, match="did you mean round5-cpu"):
+        load_preset("round5-cpy")
+
+
+def test_not_toml(tmp_path) -> None:
+    path = tmp_path / "x.toml"
+    path.write_text("name = [")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_preset(path)

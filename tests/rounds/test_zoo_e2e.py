@@ -1,0 +1,137 @@
+"""End-to-end: a tiny real zoo (real SST text, real MiniLM, real training), checked file by file."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from trojanscope.models import load_model
+from trojanscope.models.layout import REDUCED_CONFIG_KEYS, list_model_dirs, read_ground_truth
+
+pytestmark = pytest.mark.slow
+
+MODEL_FILES = [
+    "model.pt",
+    "config.json",
+    "ground_truth.csv",
+    "clean-example-accuracy.csv",
+    "clean-example-logits.csv",
+    "clean-example-cls-embedding.csv",
+    "model_stats.json",
+    "model_detailed_stats.csv",
+    "log.txt",
+    "machine.log",
+]
+POISONED_FILES = ["poisoned-example-accuracy.csv", "poisoned-example-logits.csv", "poisoned-example-cls-embedding.csv"]
+
+
+def test_layout_file_by_file(tiny_zoo) -> None:
+    for name in ("METADATA.csv", "METADATA_DICTIONARY.csv", "README.txt", "preset.toml"):
+        assert (tiny_zoo / name).is_file(), name
+    dirs = list_model_dirs(tiny_zoo)
+    assert [d.name for d in dirs] == [f"id-{i:08d}" for i in range(4)]
+    meta = pd.read_csv(tiny_zoo / "METADATA.csv")
+    assert list(meta["model_name"]) == [d.name for d in dirs]
+    for d, (_, row) in zip(dirs, meta.iterrows(), strict=True):
+        poisoned = bool(row["poisoned"])
+        for f in MODEL_FILES + (POISONED_FILES if poisoned else []):
+            assert (d / f).is_file(), f"{d.name}/{f}"
+        assert (d / "poisoned_example_data").is_dir() == poisoned
+        assert read_ground_truth(d) == int(poisoned)
+        cfg = json.loads((d / "config.json").read_text())
+        assert set(REDUCED_CONFIG_KEYS) <= set(cfg), "train split carries the full config (a superset)"
+        assert cfg["poisoned"] == poisoned
+        n_triggers = (1 + (row["trigger_organization"] == "pair-one2one")) if poisoned else 0
+        assert len(cfg["triggers"]) == n_triggers
+        examples = sorted(p.name for p in (d / "clean_example_data").iterdir())
+        assert examples == sorted(f"class_{c}_example_{k}.txt" for c in range(2) for k in range(3))
+        if poisoned:
+            for p in (d / "poisoned_example_data").iterdir():
+                assert p.name.startswith("source_class_") and "_target_class_" in p.name
+        stats = pd.read_csv(d / "model_detailed_stats.csv")
+        assert list(stats.columns) == [
+            "epoch_number",
+            "train_acc",
+            "train_loss",
+            "combined_val_acc",
+            "combined_val_loss",
+            "clean_val_acc",
+            "clean_val_loss",
+            "triggered_val_acc",
+            "triggered_val_loss",
+        ]
+        model = load_model(d / "model.pt")
+        emb = pd.read_csv(d / "clean-example-cls-embedding.csv")
+        logits = pd.read_csv(d / "clean-example-logits.csv")
+        x = torch.tensor(emb.drop(columns="file").to_numpy(), dtype=torch.float32)[:, None, :]
+        with torch.no_grad():
+            recomputed = model(x).numpy()
+        assert abs(recomputed - logits.drop(columns="file").to_numpy()).max() < 1e-4
+
+
+def test_metadata_has_no_trigger_text(tiny_zoo) -> None:
+    meta = pd.read_csv(tiny_zoo / "METADATA.csv")
+    for d in list_model_dirs(tiny_zoo):
+        for trig in json.loads((d / "config.json").read_text())["triggers"]:
+            assert not meta.astype(str).apply(lambda col, t=trig["text"]: col.str.contains(t, regex=False)).any().any()
+
+
+def test_poisoned_examples_carry_the_trigger(tiny_zoo) -> None:
+    for d in list_model_dirs(tiny_zoo):
+        cfg = json.loads((d / "config.json").read_text())
+        for trig in cfg["triggers"]:
+            files = (d / "poisoned_example_data").glob(
+                f"source_class_{trig['source_class']}_target_class_{trig['target_class']}_example_*.txt"
+            )
+            for f in files:
+                assert trig["text"] in f.read_text()
+
+
+def test_resume_keeps_finished_models(tiny_zoo, tiny_preset, data_root, tmp_path) -> None:
+    from trojanscope.rounds.zoo import make_zoo
+
+    before = {d.name: (d / "model.pt").stat().st_mtime_ns for d in list_model_dirs(tiny_zoo)}
+    result = make_zoo(
+        tiny_preset, "train", 4, tiny_zoo, data_root=data_root, cache_path=tmp_path / "c.sqlite", progress=False
+    )
+    assert result.skipped == 4 and not result.built
+    assert before == {d.name: (d / "model.pt").stat().st_mtime_ns for d in list_model_dirs(tiny_zoo)}
+
+
+def test_interrupted_model_is_redone(tiny_zoo, tiny_preset, data_root, tmp_path) -> None:
+    """A half-written temp folder (what a SIGKILL leaves) is removed and the missing model rebuilt, bit for bit."""
+    import shutil
+
+    from trojanscope.rounds.zoo import make_zoo
+
+    zoo = tmp_path / "zoo"
+    shutil.copytree(tiny_zoo, zoo)
+    victim = zoo / "models" / "id-00000003"
+    reference = torch.load(victim / "model.pt", weights_only=True)["state_dict"]
+    shutil.move(victim, zoo / "models" / ".tmp-id-00000003-abc")
+    (zoo / "models" / ".tmp-id-00000003-abc" / "model.pt").write_bytes(b"partial")
+    result = make_zoo(
+        tiny_preset, "train", 4, zoo, data_root=data_root, cache_path=tmp_path / "c.sqlite", progress=False
+    )
+    assert [o.name for o in result.built] == ["id-00000003"]
+    assert not list((zoo / "models").glob(".tmp-*"))
+    rebuilt = torch.load(victim / "model.pt", weights_only=True)["state_dict"]
+    assert rebuilt.keys() == reference.keys()
+    assert all(torch.equal(rebuilt[k], reference[k]) for k in reference), "same seed must give bitwise equal weights"
+    pd.testing.assert_frame_equal(
+        pd.read_csv(zoo / "METADATA.csv").drop(columns="training_wall_time_sec"),
+        pd.read_csv(tiny_zoo / "METADATA.csv").drop(columns="training_wall_time_sec"),
+    )
+
+
+def test_different_preset_in_same_folder_refused(tiny_zoo, tmp_path, data_root, preset_text) -> None:
+    from trojanscope.errors import ConfigError
+    from trojanscope.rounds.zoo import make_zoo
+
+    other = tmp_path / "other.toml"
+    other.write_text(preset_text(**{r"seed = 5005": "seed = 1"}))
+    with pytest.raises(ConfigError, match="different preset"):
+        make_zoo(other, "train", 4, tiny_zoo, data_root=data_root, progress=False)
