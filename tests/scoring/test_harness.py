@@ -19,7 +19,7 @@ import pytest
 from conftest import make_zoo
 from trojanscope.errors import ConfigError, LayoutError
 from trojanscope.models.layout import list_model_dirs, read_ground_truth
-from trojanscope.scoring.harness import evaluate
+from trojanscope.scoring.harness import ResourceLimits, evaluate
 from trojanscope.scoring.results import RESULT_COLUMNS
 
 
@@ -195,3 +195,25 @@ def test_resume_after_a_real_kill(tmp_path: Path) -> None:
     csv = pd.read_csv(out / "results.csv")
     assert sorted(csv["model_name"]) == [f"id-{i:08d}" for i in range(6)]  # each model exactly once
     assert (res.results["probability"] == 0.7).all()
+
+
+def test_resource_limits_cwd_and_zoo_assets(tmp_path: Path) -> None:
+    zoo = make_zoo(tmp_path / "zoo", n=2)
+    (zoo / "tokenizers").mkdir()
+    (zoo / "tokenizers" / "MiniLM.json").write_text("{}")
+    det = tmp_path / "sub" / "det.sh"
+    det.parent.mkdir()
+    det.write_text('#!/bin/sh\necho "$@" >> "$ARGV_LOG"\nwhile [ $# -gt 0 ]; do [ "$1" = --result_filepath ] && '
+                   'echo 0.25 > "$2"; shift; done\n')
+    det.chmod(0o755)
+    log = tmp_path / "argv.txt"
+    res = evaluate(zoo, tmp_path / "run", command="./det.sh", cwd=det.parent, env={"ARGV_LOG": str(log)},
+                   progress=False)
+    assert (res.results["probability"] == 0.25).all()
+    assert all(f"--tokenizer_filepath {zoo / 'tokenizers' / 'MiniLM.json'}" in line
+               for line in log.read_text().splitlines())
+    hog = tmp_path / "hog.py"
+    hog.write_text("x = bytearray(600 * 2**20)\n")
+    res = evaluate(zoo, tmp_path / "run2", command=[sys.executable, str(hog)],
+                   limits=ResourceLimits(memory_bytes=300 * 2**20), progress=False)
+    assert set(res.results["status"]) == {"crash"} and all("MemoryError" in r for r in res.results["reason"])

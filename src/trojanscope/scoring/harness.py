@@ -187,8 +187,9 @@ def _check_same_run(out: Path, settings: dict[str, Any]) -> None:
     import json
 
     path = out / "run.json"
-    if not (out / "results.csv").is_file() or not path.is_file():
-        return
+    results = out / "results.csv"
+    if not results.is_file() or not path.is_file() or results.read_text().count("\n") < 2:
+        return  # nothing scored yet: the folder can be reused freely
     try:
         previous = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):

@@ -237,9 +237,14 @@ class SubprocessRunner:
             log = self.log_dir / f"{task.name}.log"
             t0 = time.perf_counter()
             with open(log, "wb") as fh:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                                        cwd=self.cwd, env=self.env, start_new_session=True,
-                                        preexec_fn=self.limits.apply if self.limits else None)
+                try:
+                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+                                            cwd=self.cwd, env=self.env, start_new_session=True,
+                                            preexec_fn=self.limits.apply if self.limits else None)
+                except (OSError, subprocess.SubprocessError) as exc:  # e.g. a script without a #! line
+                    on_outcome(Outcome(task.name, DEFAULT_P, "crash", f"could not start: {one_line(exc, 200)}",
+                                       time.perf_counter() - t0))
+                    return
                 with self._lock:
                     self._running.add(proc)
                 try:
