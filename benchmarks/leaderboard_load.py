@@ -168,6 +168,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--readers", type=int, default=100)
     ap.add_argument("--requests-per-reader", type=int, default=10)
+    ap.add_argument("--sequential", type=int, default=200, help="requests of the single-reader baseline")
     ap.add_argument("--teams", type=int, default=50)
     ap.add_argument("--scored-per-team", type=int, default=10)
     ap.add_argument("--upload-seconds", type=float, default=30.0)
@@ -178,6 +179,7 @@ def main() -> None:
     if not (1 <= args.readers <= 1000 and 1 <= args.requests_per_reader <= 100 and args.upload_seconds <= 300):
         raise SystemExit("keep the load bounded: readers 1..1000, requests-per-reader 1..100, upload-seconds <= 300")
 
+    load_at_start = os.getloadavg()[0]  # other work on the machine shares the CPUs with client and server
     tmp = Path(tempfile.mkdtemp(prefix="trojanscope-lb-bench-"))
     train, test = make_zoo(tmp / "train", 4), make_zoo(tmp / "test", 120)
     (tmp / "rounds.toml").write_text(f'[[round]]\nname = "bench"\ntitle = "Benchmark round"\ntrain = "{train}"\n'
@@ -205,12 +207,17 @@ def main() -> None:
                 raise SystemExit("the slow submission never reached its test stage")
             time.sleep(0.3)
 
+        # one reader first: the server's own time per page, without queueing behind other readers
+        solo, solo_errors = asyncio.run(readers(base, 1, args.sequential, 60))
         latencies, errors = asyncio.run(readers(base, args.readers, args.requests_per_reader, 120))
         jobs = httpx.get(base + "/api/jobs", headers=admin).json()
         running_during_reads = any(j["status"] == "running" for j in jobs)
         reads = {"requests": len(latencies), "errors": errors, "p50_ms": 1000 * pct(latencies, 50),
                  "p95_ms": 1000 * pct(latencies, 95), "p99_ms": 1000 * pct(latencies, 99),
                  "max_ms": 1000 * max(latencies), "mean_ms": 1000 * statistics.fmean(latencies),
+                 "throughput_per_s": len(latencies) / max(1e-9, sum(latencies) / args.readers),
+                 "single_reader": {"requests": len(solo), "errors": solo_errors, "p50_ms": 1000 * pct(solo, 50),
+                                   "p95_ms": 1000 * pct(solo, 95)},
                  "job_running_during_reads": running_during_reads, "leaderboard_rows": args.teams}
 
         up = asyncio.run(uploaders(base, tokens, args.uploaders, args.upload_seconds, args.max_uploads))
@@ -226,7 +233,7 @@ def main() -> None:
                    "accepted_per_minute": 60 * len(ids) / up["elapsed_s"], "lost": len(ids - stored),
                    "without_smoke_job": len(ids - with_job), "concurrency": args.uploaders}
         result = {"reads": reads, "uploads": uploads, "slow_submission": slow, "cpus": os.cpu_count(),
-                  "loadavg_1min": os.getloadavg()[0]}
+                  "loadavg_1min": os.getloadavg()[0], "loadavg_1min_at_start": load_at_start}
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:
@@ -236,7 +243,9 @@ def main() -> None:
     print(json.dumps(result, indent=2))
     print(f"leaderboard page under {args.readers} concurrent readers (a job scoring): "
           f"p50 {reads['p50_ms']:.0f} ms, p95 {reads['p95_ms']:.0f} ms, max {reads['max_ms']:.0f} ms, "
-          f"{errors} errors")
+          f"{errors} errors; one reader alone: p50 {reads['single_reader']['p50_ms']:.1f} ms, "
+          f"p95 {reads['single_reader']['p95_ms']:.1f} ms; load average {result['loadavg_1min']:.1f} on "
+          f"{result['cpus']} CPUs")
     print(f"uploads: {uploads['accepted']} accepted in {uploads['seconds']} s = {uploads['accepted_per_minute']:.0f}"
           f"/min with {args.uploaders} concurrent clients, lost {uploads['lost']}")
     if args.json:

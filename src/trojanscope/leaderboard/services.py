@@ -117,9 +117,12 @@ def close_round(s: Session, name: str, open_next: str | None = None) -> tuple[Ro
     rnd.status, rnd.closed_at = "closed", utcnow()
     queued = 0
     if rnd.holdout_dir:
+        have = set(s.scalars(select(Job.submission_id).join(Submission, Job.submission_id == Submission.id)
+                             .where(Submission.round_id == rnd.id, Job.stage == "holdout")))
         for row in leaderboard(s, rnd, include_holdout=False):
-            s.add(Job(submission_id=row["submission_id"], stage="holdout", priority=2))
-            queued += 1
+            if row["submission_id"] not in have:
+                s.add(Job(submission_id=row["submission_id"], stage="holdout", priority=2))
+                queued += 1
     if nxt is not None and nxt.status == "pending":
         nxt.status, nxt.opened_at = "open", utcnow()
     s.commit()
