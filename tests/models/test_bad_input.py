@@ -158,3 +158,12 @@ def test_legacy_storage_larger_than_the_file_is_refused_before_allocating(model_
     with pytest.raises(ModelFileError, match="more bytes than the file holds") as err:
         load_model(path)
     _one_line_naming(err, path)
+
+
+def test_legacy_pickle_cannot_set_state_of_non_module_objects(tmp_path: Path) -> None:
+    # torch.Size is allowed as a value, but BUILD on it (setting attributes) is not.
+    path = tmp_path / "model.pt"
+    path.write_bytes(b"\x80\x02ctorch\nSize\nq\x00)\x81q\x01}q\x02X\x01\x00\x00\x00aq\x03K\x01sb.")
+    with pytest.raises(ModelFileError, match="cannot set the state of a Size") as err:
+        load_model(path)
+    _one_line_naming(err, path)

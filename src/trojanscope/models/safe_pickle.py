@@ -22,6 +22,7 @@ import threading
 import types
 import warnings
 import zipfile
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -120,6 +121,7 @@ def _restricted_pickle_module(file_size: int) -> types.ModuleType:
     import torch
 
     allowed = {**torch._weights_only_unpickler._get_allowed_globals(), **_STAND_INS}
+    buildable = {torch.Tensor, torch.nn.Parameter, OrderedDict, *_STAND_INS.values()}
     declared: dict[Any, int] = {}
 
     def checked(persistent_load: Any) -> Any:
@@ -153,6 +155,16 @@ def _restricted_pickle_module(file_size: int) -> types.ModuleType:
         def __setattr__(self, key: str, value: Any) -> None:
             # torch assigns its storage/module resolver here; wrap it with the size check.
             super().__setattr__(key, checked(value) if key == "persistent_load" else value)
+
+        def load_build(self) -> None:
+            # As torch's weights_only unpickler: BUILD (set an object's state) only on these types.
+            inst = self.stack[-2] if len(self.stack) >= 2 else None
+            if type(inst) not in buildable:
+                raise pickle.UnpicklingError(f"cannot set the state of a {type(inst).__name__} from a model file")
+            pickle._Unpickler.load_build(self)  # type: ignore[attr-defined]
+
+        # _Unpickler dispatches through this table, not through method lookup.
+        dispatch = {**pickle._Unpickler.dispatch, pickle.BUILD[0]: load_build}  # type: ignore[attr-defined]
 
     def load(file: Any, **kwargs: Any) -> Any:
         return RestrictedUnpickler(file, **kwargs).load()
