@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from scoring_zoo import make_zoo
 
-from conftest import make_zoo
 from trojanscope.errors import ConfigError, LayoutError
 from trojanscope.models.layout import list_model_dirs, read_ground_truth
 from trojanscope.scoring.harness import ResourceLimits, evaluate

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scoring_zoo import make_zoo
 from typer.testing import CliRunner
 
-from conftest import make_zoo
 from trojanscope.cli import build_app
 from trojanscope.scoring.breakdown import factor_table, prevalence_sweep, read_factor_metadata
 from trojanscope.scoring.harness import evaluate

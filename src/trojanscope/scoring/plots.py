@@ -69,7 +69,7 @@ def reliability_png(y: np.ndarray, p: np.ndarray, bins: int = 10) -> bytes:
         ax.scatter(xs, ys, s=sizes, color=POISONED, zorder=3, label="detector (size ∝ models)")
     ax.set(xlim=(-0.02, 1.02), ylim=(-0.02, 1.02), xlabel="mean predicted P(poisoned)",
            ylabel="observed fraction poisoned", title="Reliability")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="lower right", fontsize=8)
     return _png(fig)
 
 

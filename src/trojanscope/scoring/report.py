@@ -114,7 +114,7 @@ def _headline(s: dict[str, Any]) -> list[tuple[str, str, str]]:
     rows = [("Cross-entropy (95% CI)", ce, "cross_entropy"),
             ("Round target / base rate", f"{_fmt(s.get('target_cross_entropy'))} / "
              f"{_fmt(s.get('base_rate_cross_entropy'))}", "target"),
-            ("Meets target", _fmt(s.get("meets_target")), "target"),
+            ("Meets target", _fmt(s.get("meets_target")), ""),
             ("ROC-AUC", _fmt(s["roc_auc"]), "roc_auc"),
             ("Average precision", _fmt(s["average_precision"]), "average_precision"),
             ("Brier", _fmt(s["brier"]), "brier"),
