@@ -25,6 +25,7 @@ def make_zoo(root: Path, n: int = 12, *, reduced: bool = True, with_truth: bool 
     for i in range(n):
         name = f"id-{i:08d}"
         poisoned = i % 2 == 1
+        pair = i % 4 == 3  # pair-one2one: a second trigger of another type
         mdir = root / "models" / name
         (mdir / "clean_example_data").mkdir(parents=True)
         arch = ARCHS[(i // 2) % 2]
@@ -52,8 +53,9 @@ def make_zoo(root: Path, n: int = 12, *, reduced: bool = True, with_truth: bool 
         rows.append({
             "model_name": name, "poisoned": poisoned, "model_architecture": arch, "embedding": "MiniLM",
             "source_dataset": config["source_dataset"], "adversarial_training_method": ("None", "FBF")[i % 2 == 0],
-            "trigger_organization": "one2one" if poisoned else "",
+            "trigger_organization": ("pair-one2one" if pair else "one2one") if poisoned else "",
             "triggers_0_type": TYPES[i % 3] if poisoned else "", "triggers_0_condition": "None" if poisoned else "",
+            "triggers_1_type": TYPES[(i + 1) % 3] if pair else "",
             "triggers_0_fraction": 0.1 if poisoned else "", "converged": i != 4,
         })
     pd.DataFrame(rows).to_csv(root / "METADATA.csv", index=False)

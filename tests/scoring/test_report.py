@@ -64,8 +64,12 @@ def test_factor_table_counts_and_trigger_levels_include_all_clean(zoo: Path) -> 
     arch = table[table["factor"] == "architecture"].set_index("level")
     assert arch.loc["Linear", "n"] == 6 and arch.loc["FCLinear", "n"] == 6
     trig = table[table["factor"] == "trigger type"].set_index("level")
-    assert set(trig.index) == {"character", "word", "phrase"}
-    assert (trig["n_clean"] == 6).all() and trig["n_poisoned"].sum() == 6
+    # ids 1..11 odd are poisoned with types word, character, phrase, word, character, phrase; ids 3, 7, 11
+    # carry a second trigger (word, phrase, character): a model counts under each of its types.
+    assert trig["n_poisoned"].to_dict() == {"character": 3, "phrase": 3, "word": 3}
+    assert (trig["n_clean"] == 6).all()
+    org = table[table["factor"] == "organisation"].set_index("level")
+    assert org.loc["one2one", "n_poisoned"] == 3 and org.loc["pair-one2one", "n_poisoned"] == 3
     adv = table[table["factor"] == "adversarial training"]
     assert set(adv["level"]) == {"None", "FBF"}  # "None" is a level, not a missing value
     assert np.allclose(table["cross_entropy"], math.log(2))

@@ -80,12 +80,15 @@ def factor_table(scored: pd.DataFrame, metadata: pd.DataFrame) -> pd.DataFrame:
         if column is None:
             continue
         levels = frame[column].map(_level)
-        distinct = sorted(levels.dropna().unique(), key=_sort_key)
+        # A pair-one2one model has two triggers: it belongs to every level either of them has.
+        second = column.replace("triggers_0_", "triggers_1_") if column.startswith("triggers_0_") else None
+        levels2 = frame[second].map(_level) if second and second in frame.columns else pd.Series(None, frame.index)
+        distinct = sorted(set(levels.dropna()) | set(levels2.dropna()), key=_sort_key)
         if not distinct or len(distinct) > MAX_LEVELS:
             continue
         clean = frame["ground_truth"] == 0
         for lvl in distinct:
-            at = levels == lvl
+            at = (levels == lvl) | (levels2 == lvl)
             mask = (at & ~clean) | clean if trigger_level else at
             sub = frame[mask]
             if len(sub) < MIN_PER_LEVEL:
