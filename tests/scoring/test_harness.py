@@ -217,3 +217,12 @@ def test_resource_limits_cwd_and_zoo_assets(tmp_path: Path) -> None:
     res = evaluate(zoo, tmp_path / "run2", command=[sys.executable, str(hog)],
                    limits=ResourceLimits(memory_bytes=300 * 2**20), progress=False)
     assert set(res.results["status"]) == {"crash"} and all("MemoryError" in r for r in res.results["reason"])
+
+
+def test_one_model_per_call_keeps_the_whole_run_reportable(tmp_path: Path) -> None:
+    zoo = make_zoo(tmp_path / "zoo", n=3)
+    for d in list_model_dirs(zoo):  # the leaderboard's pattern: one evaluate call per model, same out
+        evaluate(zoo, tmp_path / "run", detector="constant", models=[d], progress=False)
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["models"] == [f"id-{i:08d}" for i in range(3)]
+    assert len(pd.read_csv(tmp_path / "run" / "results.csv")) == 3

@@ -80,7 +80,7 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
 
     started = datetime.now(UTC).isoformat(timespec="seconds")
     run_info = {**settings, "workers": workers, "time_limit_s": time_limit_s, "n_models": len(names),
-                "models": names if models is not None else None, "cwd": str(cwd) if cwd else None,
+                "models": _covered_models(out, names if models is not None else None), "cwd": str(cwd) if cwd else None,
                 "limits": limits.__dict__ if limits else None, "env_keys": sorted(env) if env else [],
                 "started": started, "finished": None, "python": sys.version.split()[0],
                 "platform": platform.platform(), "cpus": os.cpu_count()}
@@ -137,6 +137,25 @@ def scores_for(results: pd.DataFrame) -> dict[str, Any]:
     seconds = pd.to_numeric(results["seconds"], errors="coerce") if "seconds" in results else pd.Series(dtype=float)
     scores["mean_seconds"] = float(seconds.mean()) if seconds.notna().any() else float("nan")
     return scores
+
+
+def _covered_models(out: Path, names: list[str] | None) -> list[str] | None:
+    """The models this run folder covers: the union over calls (None = the whole zoo).
+
+    A caller that scores a zoo one model per call (the leaderboard) keeps a run.json that names
+    every model done so far, so ``write_report(out)`` reports all of them, not just the last.
+    """
+    import json
+
+    if names is None:
+        return None
+    try:
+        previous = json.loads((out / "run.json").read_text()).get("models", []) if (out / "run.json").is_file() else []
+    except (OSError, json.JSONDecodeError):
+        previous = []
+    if previous is None and (out / "results.csv").is_file() and (out / "results.csv").read_text().count("\n") > 1:
+        return None
+    return sorted(set(previous or []) | set(names))
 
 
 def _select_models(zoo: Path, models: Sequence[Path] | None) -> list[Path]:
