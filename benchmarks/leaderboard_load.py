@@ -190,7 +190,8 @@ def main() -> None:
     env = {**os.environ, "TROJANSCOPE_ADMIN_TOKEN": ADMIN, "TROJANSCOPE_RATE_LIMIT_COUNT": "1000000",
            "TROJANSCOPE_POLL_S": "0.2"}
     proc = subprocess.Popen([sys.executable, "-m", "trojanscope.cli", "serve", "--db", db_url, "--port", str(port),
-                             "--rounds", str(tmp / "rounds.toml"), "--workers", "1", "--data-dir", str(tmp / "data")],
+                             "--rounds", str(tmp / "rounds.toml"), "--workers", "1", "--data-dir", str(tmp / "data"),
+                             "--no-access-log"],
                             env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_up(base, proc)

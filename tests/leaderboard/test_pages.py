@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from trojanscope.leaderboard.db import Job, ModelResult, Submission
+from trojanscope.leaderboard.db import Job, ModelResult, Submission, utcnow
 from trojanscope.leaderboard.routes import pages
 
 from .helpers import admin, submission_bytes, upload
@@ -19,6 +19,7 @@ def _score(client, sub_id: int, stage: str, ce: float) -> None:  # type: ignore[
             s.add(job)
             s.flush()
         job.status, job.scores, job.runtime_s = "done", {"cross_entropy": ce, "roc_auc": 0.75, "n_ok": 2}, 3.0
+        job.finished_at = utcnow()
         s.add(ModelResult(job_id=job.id, model_name="id-00000001", neutral_name="m-00000", probability=0.25,
                           status="ok", reason="", seconds=1.5, ground_truth=True))
         if stage == "test":
@@ -59,6 +60,10 @@ def test_pages_render_and_hide_holdout_until_close(client, setup_round) -> None:
     page = client.get("/rounds/r1").text
     assert "Holdout CE" in page and "0.1235" in page and 'name="token"' not in page
     assert "0.1235" in client.get(f"/submissions/{a}").text
+    # the leaderboard is frozen at close: a test run finishing afterwards does not enter it
+    assert upload(client, tokens["beta"], submission_bytes()).status_code == 409
+    _score(client, b, "test", 0.01)
+    assert [r["team"] for r in client.get("/api/rounds/r1/leaderboard").json()] == ["alpha"]
 
 
 def test_upload_form_errors_are_shown_with_their_status(client, setup_round) -> None:  # type: ignore[no-untyped-def]

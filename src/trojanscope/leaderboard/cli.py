@@ -25,6 +25,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:  # noqa: ARG001 - zoo 
                                     "(0: web server only, run workers elsewhere against the same --db)."),
         data_dir: Path = typer.Option(Path("leaderboard-data"), "--data-dir", help="Where uploads, extracted "
                                       "submissions and job folders live."),
+        access_log: bool = typer.Option(True, "--access-log/--no-access-log", help="Log every HTTP request."),
     ) -> None:
         """Run the leaderboard: web pages + HTTP API on HOST:PORT and N scoring workers; Ctrl-C stops them all.
 
@@ -37,4 +38,4 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:  # noqa: ARG001 - zoo 
         from trojanscope.leaderboard.settings import Settings
 
         settings = Settings.from_env(db_url=db, data_dir=data_dir)
-        run_server(settings, host=host, port=port, rounds=rounds, workers=workers)
+        run_server(settings, host=host, port=port, rounds=rounds, workers=workers, access_log=access_log)

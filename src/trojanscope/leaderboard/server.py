@@ -41,7 +41,8 @@ def stop_workers(procs: list[mp.process.BaseProcess], timeout: float = 30.0) -> 
             p.join(5)
 
 
-def run_server(settings: Settings, *, host: str, port: int, rounds: Path | None, workers: int) -> None:
+def run_server(settings: Settings, *, host: str, port: int, rounds: Path | None, workers: int,
+               access_log: bool = True) -> None:
     """Create/upgrade the database, register rounds.toml, start workers, serve until Ctrl-C, stop workers."""
     import uvicorn
 
@@ -58,6 +59,6 @@ def run_server(settings: Settings, *, host: str, port: int, rounds: Path | None,
         print("warning: TROJANSCOPE_ADMIN_TOKEN is not set; organiser actions are disabled", file=sys.stderr)
     procs = start_workers(settings, workers)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="info")
+        uvicorn.run(app, host=host, port=port, log_level="info", access_log=access_log)
     finally:
         stop_workers(procs)

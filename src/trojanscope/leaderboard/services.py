@@ -267,11 +267,12 @@ def submission_view(sub: Submission, *, admin: bool) -> dict[str, Any]:
 def leaderboard(s: Session, rnd: Round, *, include_holdout: bool) -> list[dict[str, Any]]:
     """Each team's best (lowest test CE) scored submission, best first; holdout CE when asked for."""
     # Plain columns, not ORM objects: this runs for every page view of a round with many submissions.
-    rows = s.execute(select(Job.stage, Job.scores, Job.runtime_s, Submission.id, Submission.created_at, Team.id,
-                            Team.name).join(Submission, Job.submission_id == Submission.id)
-                     .join(Team, Submission.team_id == Team.id)
-                     .where(Submission.round_id == rnd.id, Job.status == "done", Job.stage.in_(("test", "holdout")))
-                     ).all()
+    query = (select(Job.stage, Job.scores, Job.runtime_s, Submission.id, Submission.created_at, Team.id, Team.name)
+             .join(Submission, Job.submission_id == Submission.id).join(Team, Submission.team_id == Team.id)
+             .where(Submission.round_id == rnd.id, Job.status == "done", Job.stage.in_(("test", "holdout"))))
+    if rnd.closed_at is not None:  # frozen at close: a test run that finished later does not count
+        query = query.where((Job.stage == "holdout") | (Job.finished_at <= rnd.closed_at))
+    rows = s.execute(query).all()
     holdout = {sub_id: scores for stage, scores, _, sub_id, _, _, _ in rows if stage == "holdout"}
     best: dict[int, dict[str, Any]] = {}
     for stage, scores, runtime_s, sub_id, created_at, team_id, team_name in rows:

@@ -38,6 +38,10 @@ from trojanscope.models.layout import list_model_dirs, read_ground_truth
 DEFAULT_P = 0.5
 
 
+class RoundClosedError(TrojanscopeError):
+    """A smoke or test job whose round closed while it waited: not run (the leaderboard is frozen)."""
+
+
 class WorkerStopped(BaseException):  # noqa: N818 - BaseException so harness code cannot swallow it
     """Raised in the worker's main thread on SIGINT/SIGTERM: the job goes back to the queue."""
 
@@ -222,6 +226,8 @@ class Worker:
         with self.Session() as s:
             job = s.get(Job, job_id)
             sub, rnd = job.submission, job.submission.round
+            if rnd.status == "closed" and job.stage != "holdout":
+                raise RoundClosedError(f"round {rnd.name!r} closed before this submission's {job.stage} stage ran")
             zoo = Path({"smoke": rnd.train_dir, "test": rnd.test_dir, "holdout": rnd.holdout_dir or ""}[job.stage])
             model_dirs = list_model_dirs(zoo)
             if job.stage == "smoke":
