@@ -18,10 +18,10 @@ def _score(client, sub_id: int, stage: str, ce: float) -> None:  # type: ignore[
             job = Job(submission_id=sub_id, stage=stage)
             s.add(job)
             s.flush()
+            s.add(ModelResult(job_id=job.id, model_name="id-00000001", neutral_name="m-00000", probability=0.25,
+                              status="ok", reason="", seconds=1.5, ground_truth=True))
         job.status, job.scores, job.runtime_s = "done", {"cross_entropy": ce, "roc_auc": 0.75, "n_ok": 2}, 3.0
         job.finished_at = utcnow()
-        s.add(ModelResult(job_id=job.id, model_name="id-00000001", neutral_name="m-00000", probability=0.25,
-                          status="ok", reason="", seconds=1.5, ground_truth=True))
         if stage == "test":
             s.get(Submission, sub_id).status = "scored"
         s.commit()
