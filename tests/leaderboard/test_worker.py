@@ -53,6 +53,14 @@ def test_good_submission_smoke_then_test_then_leaderboard(client, setup_round, s
     assert board[1]["cross_entropy"] == pytest.approx(_ce(y, [0.7] * len(y)))
     assert board[0]["target_met"] and "holdout_cross_entropy" not in board[0]
     assert client.get(f"/api/submissions/{const}").json()["status"] == "scored"
+    # the harness report: the smoke stage's is public, the test stage's (real model ids) organiser-only
+    smoke_report = client.get(f"/submissions/{good}/report/smoke")
+    assert smoke_report.status_code == 200, (settings.data_dir / "jobs" / str(smoke.id) / "report").iterdir()
+    assert "<html" in smoke_report.text.lower()
+    assert client.get(f"/submissions/{good}/report/test").status_code == 403
+    test_report = client.get(f"/submissions/{good}/report/test", headers=admin())
+    assert test_report.status_code == 200 and f"{test.scores['cross_entropy']:.4f}" in test_report.text
+    assert "harness report" in client.get(f"/submissions/{good}").text
     # closing queues the holdout run of each team's best; it stays hidden until close, then shows
     r = client.post("/api/rounds/r1/close", headers=admin())
     assert r.json()["holdout_jobs_queued"] == 2

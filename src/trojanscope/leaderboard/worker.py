@@ -10,7 +10,6 @@ twice; the final per-model rows are stored under a unique (job, model) key.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import datetime as dt
 import fcntl
@@ -331,8 +330,12 @@ class Worker:
             writer.writerow([real, repr(row["probability"]), row["status"], row["reason"], f"{row['seconds']:.4f}"])
         atomic_write_text(report / "results.csv", buf.getvalue())
         atomic_write_json(report / "scores.json", scores)
-        with contextlib.suppress(Exception):  # a report failure must never lose a scored job
+        atomic_write_json(report / "run.json", {"zoo": str(zoo), "models": [real for _, real, _, _ in records],
+                                                "n_models": len(records), "seed": 0, "command": "submission"})
+        try:
             self.scoring.write_report(report, zoo)
+        except Exception as exc:  # noqa: BLE001 - a report failure must never lose a scored job
+            atomic_write_text(report / "report-error.txt", f"{type(exc).__name__}: {exc}\n")
 
     def _fail(self, job_id: int, message: str) -> None:
         with self.Session() as s:
