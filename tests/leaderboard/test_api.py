@@ -85,6 +85,22 @@ def test_oversized_upload_is_413_and_stores_nothing(client, setup_round, setting
     assert not list(settings.data_dir.glob(".upload-*"))
 
 
+def test_chunked_upload_without_length_is_cut_off(client, setup_round, settings) -> None:  # type: ignore[no-untyped-def]
+    tokens = setup_round()
+
+    def body():  # type: ignore[no-untyped-def]
+        yield b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"s.zip\"\r\n\r\n"
+        for _ in range(40):
+            yield b"\0" * 16384  # 640 KiB in all, over the 300 kB limit, with no Content-Length
+        yield b"\r\n--b--\r\n"
+
+    r = client.post("/api/rounds/r1/submissions", content=body(),
+                    headers={"Authorization": f"Bearer {tokens['alpha']}",
+                             "content-type": "multipart/form-data; boundary=b"})
+    assert r.status_code == 413
+    assert _stored(client) == (0, 0, [])
+
+
 @pytest.mark.parametrize("data,code", [
     (b"", 400), (b"not an archive", 400), (b"PK\x03\x04broken", 400),
     (submission_bytes(manifest=""), 400),  # empty manifest: no command

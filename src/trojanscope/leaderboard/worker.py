@@ -180,6 +180,8 @@ class Worker:
     def run_forever(self) -> None:
         """Poll the queue until SIGINT/SIGTERM; an interrupted job returns to the queue."""
         def _stop(_sig: int, _frame: Any) -> None:
+            if self.stop.is_set():  # Ctrl-C and serve's SIGTERM both arrive: stop once
+                return
             self.stop.set()
             raise WorkerStopped
 
