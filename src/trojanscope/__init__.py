@@ -10,11 +10,13 @@ The packages follow the flow of the system, and imports point one way only::
 __version__ = "0.1.0"
 
 
-def load_model(path):  # noqa: ANN001, ANN201 - thin lazy re-export keeps `import trojanscope` light
-    """Load a classifier file safely (our format or a TrojAI pickle); returns an eval-mode module."""
+def load_model(path, n_classes=None):  # noqa: ANN001, ANN201 - lazy re-export keeps `import trojanscope` light
+    """Load a classifier file safely (our format or a TrojAI pickle); returns an eval-mode module.
+
+    With ``n_classes``, a model whose output width differs is refused with a one-line error."""
     from trojanscope.models.loading import load_model as _load
 
-    return _load(path)
+    return _load(path, n_classes=n_classes)
 
 
 __all__ = ["__version__", "load_model"]

@@ -42,7 +42,8 @@ def test_layout_file_by_file(tiny_zoo) -> None:
         assert (d / "poisoned_example_data").is_dir() == poisoned
         assert read_ground_truth(d) == int(poisoned)
         cfg = json.loads((d / "config.json").read_text())
-        assert set(REDUCED_CONFIG_KEYS) <= set(cfg), "train split carries the full config (a superset)"
+        # train split: the full config, a superset of the reduced keys (no embeddings/*.pt file is shipped)
+        assert set(REDUCED_CONFIG_KEYS) - {"embedding_filename"} <= set(cfg)
         assert cfg["poisoned"] == poisoned
         n_triggers = (1 + (row["trigger_organization"] == "pair-one2one")) if poisoned else 0
         assert len(cfg["triggers"]) == n_triggers
@@ -135,3 +136,49 @@ def test_different_preset_in_same_folder_refused(tiny_zoo, tmp_path, data_root, 
     other.write_text(preset_text(**{r"seed = 5005": "seed = 1"}))
     with pytest.raises(ConfigError, match="different preset"):
         make_zoo(other, "train", 4, tiny_zoo, data_root=data_root, progress=False)
+
+
+def test_sigkill_mid_run_then_rerun_gives_complete_zoo(tiny_preset, data_root, tmp_path) -> None:
+    """A real SIGKILL while models are being built; the rerun finishes with no partial or duplicate folders."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from trojanscope.models.layout import list_model_dirs
+
+    out = tmp_path / "zoo"
+    env = {**os.environ, "TROJANSCOPE_CACHE": str(tmp_path / "cache")}
+    cmd = [
+        sys.executable,
+        "-m",
+        "trojanscope.cli",
+        "zoo",
+        "make",
+        "--preset",
+        str(tiny_preset),
+        "--count",
+        "4",
+        "--out",
+        str(out),
+        "--data-root",
+        str(data_root),
+        "--quiet",
+    ]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(out.glob("models/id-*")):
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert len(list(out.glob("models/id-*"))) < 4, "the run finished before it could be killed"
+    rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    names = sorted(p.name for p in (out / "models").iterdir())
+    assert names == [f"id-{i:08d}" for i in range(4)], names
+    assert [d.name for d in list_model_dirs(out)] == names
+    meta = pd.read_csv(out / "METADATA.csv")
+    assert list(meta["model_name"]) == names
+    for d in list_model_dirs(out):
+        load_model(d / "model.pt")

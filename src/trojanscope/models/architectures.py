@@ -66,20 +66,29 @@ def _final_hidden(rnn: nn.RNNBase, hidden: torch.Tensor) -> torch.Tensor:
 
 
 class FCLinearModel(nn.Module):
-    def __init__(self, input_size: int, hidden_size: int, output_size: int, dropout: float, n_layers: int) -> None:
+    """``activation="none"`` reproduces NIST's released FCLinearModel, which had no ``relu`` and no
+    activation between its layers (an ``nn.Identity`` keeps the attribute and the forward uniform)."""
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        output_size: int,
+        dropout: float,
+        n_layers: int,
+        activation: str = "relu",
+    ) -> None:
         super().__init__()
         sizes = [input_size] + [hidden_size] * n_layers
         self.fc_layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True))
-        self.relu = nn.ReLU()
+        self.relu = nn.ReLU() if activation == "relu" else nn.Identity()
         self.linear = nn.Linear(hidden_size, output_size)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, data: torch.Tensor) -> torch.Tensor:
         data = data[:, 0, :]
-        # Some released FCLinearModel pickles carry no ``relu`` module; they used the functional form.
-        act = getattr(self, "relu", None) or torch.relu
         for layer in self.fc_layers:
-            data = act(layer(data))
+            data = self.relu(layer(data))
         return self.linear(self.dropout(data))
 
 
@@ -112,6 +121,7 @@ class HeadSpec:
     dropout: float = 0.1
     bidirectional: bool = True
     n_layers: int = 2
+    activation: str = "relu"  # FCLinear only: "relu", or "none" for NIST's activation-free FCLinearModel
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -124,6 +134,8 @@ class HeadSpec:
         return cls(**d)
 
     def build(self) -> nn.Module:
+        if self.activation not in ("relu", "none"):
+            raise ModelFileError(f"unknown activation {self.activation!r}; known: relu, none")
         if self.architecture not in ARCHITECTURES:
             raise ModelFileError(f"unknown model architecture {self.architecture!r}; known: {', '.join(ARCHITECTURES)}")
         if self.architecture in ("GruLinear", "LstmLinear"):
@@ -131,5 +143,7 @@ class HeadSpec:
                 self.input_size, self.hidden_size, self.output_size, self.dropout, self.bidirectional, self.n_layers
             )
         if self.architecture == "FCLinear":
-            return FCLinearModel(self.input_size, self.hidden_size, self.output_size, self.dropout, self.n_layers)
+            return FCLinearModel(
+                self.input_size, self.hidden_size, self.output_size, self.dropout, self.n_layers, self.activation
+            )
         return LinearModel(self.input_size, self.output_size, self.dropout)

@@ -89,7 +89,8 @@ def read_metadata(zoo: Path | str) -> pd.DataFrame:
     path = Path(zoo) / "METADATA.csv"
     if not path.is_file():
         raise LayoutError(f"{path}: METADATA.csv not found")
-    df = pd.read_csv(path, keep_default_na=True)
+    # "None" is a real level in TrojAI METADATA (no adversarial training, no condition): only empty cells are missing.
+    df = pd.read_csv(path, keep_default_na=False, na_values=[""])
     for col in df.columns:
         if df[col].dtype == object:
             lowered = df[col].dropna().astype(str).str.strip().str.lower()

@@ -14,7 +14,6 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trojanscope.errors import ModelFileError
 from trojanscope.fsutil import atomic_write_bytes
 from trojanscope.models.architectures import HeadSpec
 
@@ -27,19 +26,3 @@ def save_head(model: nn.Module, spec: HeadSpec, path: Path | str) -> None:
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     torch.save({FORMAT_KEY: FORMAT_VERSION, "head": spec.to_dict(), "state_dict": state}, buf)
     atomic_write_bytes(path, buf.getvalue())
-
-
-def head_from_payload(payload: dict, path: Path | str) -> nn.Module:
-    """Rebuild a head from a loaded trojanscope payload, checking weights against the record."""
-    try:
-        spec = HeadSpec.from_dict(dict(payload["head"]))
-        model = spec.build()
-    except (KeyError, TypeError, ModelFileError) as exc:
-        raise ModelFileError(f"{path}: bad architecture record ({exc})") from None
-    try:
-        model.load_state_dict(payload["state_dict"], strict=True)
-    except (RuntimeError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelFileError(f"{path}: weights do not match the architecture record ({first})") from None
-    model.eval()
-    return model

@@ -11,6 +11,7 @@ written for TrojAI loads it with plain ``torch.load`` once ``model_factories.py`
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import sys
 import threading
@@ -143,12 +144,10 @@ def head_from_pickled(root: Any, path: Path | str) -> nn.Module:
     _flatten(root, "", state, path)
     _check_real(state, path)
     spec = spec_from_state(arch, state, _dropout_p(root, path), path)
-    model = build_with_weights(spec, state, path, root.pickled_name)
     if arch == "FCLinear" and _child_class(root, "relu", path) is None:
-        # NIST's released FCLinearModel has no ``relu`` and applies no activation between its layers;
-        # an Identity keeps our class computing exactly what the pickled module computed.
-        model.relu = nn.Identity()
-    return model.eval()
+        # NIST's released FCLinearModel has no ``relu`` and applies no activation between its layers.
+        spec = dataclasses.replace(spec, activation="none")
+    return build_with_weights(spec, state, path, root.pickled_name).eval()
 
 
 def spec_of_head(model: nn.Module) -> HeadSpec:
@@ -156,7 +155,10 @@ def spec_of_head(model: nn.Module) -> HeadSpec:
     arch = next((k for k, cls in ARCHITECTURES.items() if type(model) is cls), None)
     if arch is None:
         raise ModelFileError(f"cannot export a {type(model).__name__}; known heads: {', '.join(ARCHITECTURES)}")
-    return spec_from_state(arch, model.state_dict(), float(model.dropout.p), "<in-memory head>")
+    spec = spec_from_state(arch, model.state_dict(), float(model.dropout.p), "<in-memory head>")
+    if arch == "FCLinear" and isinstance(model.relu, nn.Identity):
+        spec = dataclasses.replace(spec, activation="none")
+    return spec
 
 
 MODEL_FACTORIES_SOURCE = '''\

@@ -102,7 +102,6 @@ class TriggerFactors(_Spec):
     pools: dict[Literal["character", "word", "phrase"], str]
     character_repeat: int = Field(1, ge=1, le=10)
     holdout: dict[Literal["train", "test", "holdout"], Fraction] = {"train": 0.6, "test": 0.2, "holdout": 0.2}
-    screen_neutral: bool = False
 
     @model_validator(mode="after")
     def _pools_cover_types(self) -> TriggerFactors:
