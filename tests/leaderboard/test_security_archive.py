@@ -128,3 +128,14 @@ def test_manifest_validation(tmp_path: Path, text: str | None, match: str) -> No
 def test_manifest_ok(tmp_path: Path) -> None:
     (tmp_path / archive.MANIFEST).write_text('command = "python detector.py --fast"\n')
     assert archive.read_manifest(tmp_path) == "python detector.py --fast"
+
+
+def test_owner_execute_bit_kept_and_nothing_else(tmp_path: Path) -> None:
+    def add(tf: tarfile.TarFile) -> None:
+        for name, mode in (("run.sh", 0o4777), ("data.txt", 0o666)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = 1, mode
+            tf.addfile(info, io.BytesIO(b"x"))
+    _extract(tmp_path, _tar(add))
+    assert (tmp_path / "dest" / "run.sh").stat().st_mode & 0o7777 == 0o755
+    assert (tmp_path / "dest" / "data.txt").stat().st_mode & 0o7777 == 0o644

@@ -56,7 +56,7 @@ def safe_extract(archive: Path, dest: Path, *, max_files: int, max_bytes: int) -
     written: list[str] = []
     total = 0
 
-    def copy(src, rel: PurePosixPath) -> None:  # type: ignore[no-untyped-def]
+    def copy(src, rel: PurePosixPath, executable: bool = False) -> None:  # type: ignore[no-untyped-def]
         nonlocal total
         target = (root / rel).resolve()
         if root not in target.parents:
@@ -68,6 +68,8 @@ def safe_extract(archive: Path, dest: Path, *, max_files: int, max_bytes: int) -
                 if total > max_bytes:
                     raise UploadError(f"submission is larger than {max_bytes} bytes once extracted; make it smaller")
                 out.write(chunk)
+        # Only the owner-execute bit survives (so `command = "./run.sh"` works); never setuid or others' bits.
+        target.chmod(0o755 if executable else 0o644)
         written.append(str(rel))
 
     try:
@@ -86,7 +88,7 @@ def safe_extract(archive: Path, dest: Path, *, max_files: int, max_bytes: int) -
                         (root / rel).mkdir(parents=True, exist_ok=True)
                         continue
                     with zf.open(info) as src:
-                        copy(src, rel)
+                        copy(src, rel, bool(mode & 0o100))
         else:
             with tarfile.open(archive, "r:gz") as tf:
                 count = 0
@@ -103,7 +105,7 @@ def safe_extract(archive: Path, dest: Path, *, max_files: int, max_bytes: int) -
                                           "only regular files are accepted")
                     src = tf.extractfile(member)
                     assert src is not None
-                    copy(src, rel)
+                    copy(src, rel, bool(member.mode & 0o100))
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
         if isinstance(exc, FileExistsError):
             raise UploadError(f"archive holds {Path(exc.filename or '?').name!r} twice; pack each file once") from None
