@@ -7,6 +7,16 @@ DETECTORS.register("constant", "trojanscope.detectors.baselines:ConstantDetector
                    help="Always 0.5: cross-entropy ln 2 on any set (a harness sanity check).")
 DETECTORS.register("random", "trojanscope.detectors.baselines:RandomDetector",
                    help="Uniform random probability, seeded per model file contents.")
+DETECTORS.register("default", "trojanscope.detectors.learned:DefaultDetector",
+                   help="The shipped detector: calibrated combination of weights, inversion, probes and scan features.")
+DETECTORS.register("weights", "trojanscope.detectors.learned:WeightsDetector",
+                   help="Weight statistics of the head alone (needs fitted --params).")
+DETECTORS.register("inversion", "trojanscope.detectors.learned:InversionDetector",
+                   help="Universal summary-space trigger inversion per class direction (needs --params).")
+DETECTORS.register("probes", "trojanscope.detectors.learned:ProbesDetector",
+                   help="Query probes: dimension sweeps, principal/random directions, Jacobians (needs --params).")
+DETECTORS.register("scan", "trojanscope.detectors.learned:ScanDetector",
+                   help="Generic word/phrase/punctuation scan over a precomputed encoder shift table (needs --params).")
 
 
 

@@ -1,0 +1,119 @@
+"""Detection quality and cost: fit every learned detector on a train zoo, score a disjoint test zoo.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/detection.py \
+        --train /tmp/zoos/r5-train --test /tmp/zoos/r5-test --out /tmp/det-bench [--workers 2] \
+        [--generate round5-cpu --train-count 200 --test-count 100]
+
+1. Features of every family for every train and test model (cached in OUT/features-*.json, keyed by model
+   name, so a rerun on a grown zoo computes only the new models).
+2. Each family alone (weights, inversion, probes, scan) and the combination (default) are fitted on the
+   train features; test CE, its 95% CI, ROC-AUC and Brier come from ``trojanscope.scoring.metrics``.
+   Nothing is tuned on the test zoo: C, the calibration and ε are chosen by cross-validation on train.
+3. The default detector is saved to OUT/default.json and run through the scoring harness on the test zoo
+   (neutral copies, shuffled order): its scores, per-factor breakdown and per-model detection times
+   (mean/max) are printed; peak memory (max RSS of this process and its workers) is printed last.
+``--generate PRESET`` makes (or resumes) the zoos first with ``trojanscope.rounds.zoo.make_zoo``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+FAMILIES = ("weights", "inversion", "probes", "scan")
+DETECTORS = ("weights", "inversion", "probes", "scan", "default")
+
+
+def features_for(zoo: Path, cache_file: Path, workers: int) -> tuple[list[str], list[dict], list[int | None], list]:
+    """(names, feature rows, labels, seconds) for every model of ``zoo``, computing only uncached models."""
+    from trojanscope.detectors.learned import feature_table, inputs_for_model_dir
+    from trojanscope.models.layout import list_model_dirs, read_ground_truth
+
+    cached = json.loads(cache_file.read_text()) if cache_file.is_file() else {}
+    dirs = list_model_dirs(zoo)
+    todo = [d for d in dirs if d.name not in cached]
+    if todo:
+        rows, secs = feature_table([inputs_for_model_dir(d) for d in todo], FAMILIES, workers=workers)
+        for d, r, s in zip(todo, rows, secs, strict=True):
+            cached[d.name] = {"features": r, "seconds": s}
+        cache_file.write_text(json.dumps(cached))
+    names = [d.name for d in dirs]
+    return (names, [cached[n]["features"] for n in names], [read_ground_truth(d) for d in dirs],
+            [cached[n]["seconds"] for n in names])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--train", type=Path, default=Path("/tmp/zoos/r5-train"))
+    ap.add_argument("--test", type=Path, default=Path("/tmp/zoos/r5-test"))
+    ap.add_argument("--out", type=Path, default=Path("/tmp/det-bench"))
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--generate", default=None, help="preset to generate/resume the zoos with (e.g. round5-cpu)")
+    ap.add_argument("--train-count", type=int, default=200)
+    ap.add_argument("--test-count", type=int, default=100)
+    ap.add_argument("--no-harness", action="store_true", help="skip the harness run (features-only numbers)")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    if args.generate:
+        from trojanscope.rounds.zoo import make_zoo
+
+        make_zoo(args.generate, "train", args.train_count, args.train, workers=args.workers)
+        make_zoo(args.generate, "test", args.test_count, args.test, workers=args.workers)
+
+    import numpy as np
+
+    from trojanscope.detectors import DETECTORS as REGISTRY
+    from trojanscope.scoring.metrics import score_all
+
+    t0 = time.perf_counter()
+    _, tr_rows, tr_y, tr_s = features_for(args.train, args.out / "features-train.json", args.workers)
+    te_names, te_rows, te_y, te_s = features_for(args.test, args.out / "features-test.json", args.workers)
+    print(f"train zoo {args.train}: {len(tr_rows)} models ({sum(tr_y)} trojaned); "
+          f"test zoo {args.test}: {len(te_rows)} models ({sum(y for y in te_y if y)} trojaned); "
+          f"features in {time.perf_counter() - t0:.0f} s (feature time per model: train mean {np.mean(tr_s):.1f} s, "
+          f"test mean {np.mean(te_s):.1f} s, max {np.max(te_s):.1f} s)")
+    y_te = np.asarray(te_y, dtype=int)
+    print(f"\n{'detector':<10} {'CE':>7} {'±CI95':>7} {'ROC-AUC':>8} {'Brier':>7} {'cv CE':>7}  C / eps")
+    for name in DETECTORS:
+        det = REGISTRY.get(name)().fit_features(tr_rows, tr_y)
+        p = det.score_features(te_rows)
+        s = score_all(y_te, p)
+        clf = det.classifier_
+        print(f"{name:<10} {s['cross_entropy']:7.4f} {s['cross_entropy_ci95']:7.4f} {s['roc_auc']:8.4f} "
+              f"{s['brier']:7.4f} {clf.cv_cross_entropy:7.4f}  {clf.C:g} / {clf.eps:g}")
+        if name == "default":
+            det.save(args.out / "default.json", zoo=str(args.train),
+                     command=f"trojanscope detect fit --zoo {args.train} --detector default --out default.json")
+
+    if args.no_harness:
+        return
+    from trojanscope.scoring.breakdown import factor_table, read_factor_metadata
+    from trojanscope.scoring.harness import evaluate
+
+    run = evaluate(args.test, args.out / "harness-default", detector="default", params=args.out / "default.json",
+                   workers=args.workers, progress=True)
+    s = run.scores
+    ok = run.results[run.results["status"] == "ok"]
+    print(f"\nharness, default detector on {args.test} ({s['n']} models): CE {s['cross_entropy']:.4f} "
+          f"± {s['cross_entropy_ci95']:.4f}, ROC-AUC {s['roc_auc']:.4f}, Brier {s['brier']:.4f}, "
+          f"failed {int((run.results['status'] != 'ok').sum())}")
+    print(f"detection time per model (harness, incl. loading): mean {ok['seconds'].mean():.1f} s, "
+          f"max {ok['seconds'].max():.1f} s")
+    scored = run.results.copy()
+    table = factor_table(scored, read_factor_metadata(args.test))
+    if len(table):
+        print("\nper-factor breakdown (test):")
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    print(f"\npeak memory (max RSS of one process): {peak / 2**20:.2f} GiB")
+
+
+if __name__ == "__main__":
+    main()

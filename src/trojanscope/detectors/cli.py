@@ -1,0 +1,92 @@
+"""``trojanscope detect`` (the TrojAI contract), ``trojanscope detect fit`` and ``trojanscope detectors``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+_CONTRACT_HELP = (
+    "Score ONE classifier the way a TrojAI submission does and write P(trojaned) -- exactly one number in "
+    "[0, 1] -- to --result_filepath (written atomically).\n\n"
+    "The detector sees only the model file, its clean example texts, the reduced config.json beside the model "
+    "file (encoder, summary rule, architecture, classes) and the frozen encoder; never ids, METADATA or "
+    "ground truth. The default detector ships fitted parameters; other detectors need --params from "
+    "`trojanscope detect fit`.\n\n"
+    "Example:\n\n"
+    "  trojanscope detect --model_filepath M/model.pt --examples_dirpath M/clean_example_data "
+    "--result_filepath out.txt --scratch_dirpath /tmp/s"
+)
+
+
+def register(app: typer.Typer, zoo: typer.Typer) -> None:
+    detect = typer.Typer(invoke_without_command=True, help=_CONTRACT_HELP, add_completion=False)
+    app.add_typer(detect, name="detect")
+
+    @detect.callback(invoke_without_command=True)
+    def contract(
+        ctx: typer.Context,
+        model_filepath: Path = typer.Option(None, "--model_filepath", help="The classifier's model.pt."),
+        result_filepath: Path = typer.Option(None, "--result_filepath", help="Where to write P(trojaned)."),
+        scratch_dirpath: Path = typer.Option(None, "--scratch_dirpath", help="A folder the detector may write to."),
+        examples_dirpath: Path = typer.Option(
+            None, "--examples_dirpath", help="Folder of clean example texts class_{c}_example_{k}.txt."
+        ),
+        tokenizer_filepath: Path = typer.Option(None, "--tokenizer_filepath", help="Tokenizer file/folder (optional)."),
+        embedding_filepath: Path = typer.Option(None, "--embedding_filepath", help="Encoder file/folder (optional)."),
+        cls_token_is_first: bool = typer.Option(
+            False, "--cls_token_is_first", help="TrojAI flag: summary = first token (used only without a config)."
+        ),
+        round_training_dataset_dirpath: Path = typer.Option(
+            None, "--round_training_dataset_dirpath", help="Accepted for TrojAI compatibility and ignored."
+        ),
+        detector: str = typer.Option(
+            "default", "--detector", help="Registered detector (see `trojanscope detectors`)."
+        ),
+        params: Path = typer.Option(None, "--params", help="Parameter JSON from `trojanscope detect fit`."),
+    ) -> None:
+        if ctx.invoked_subcommand is not None:
+            return
+        from trojanscope.errors import ConfigError
+
+        if model_filepath is None or result_filepath is None:
+            if model_filepath is None and result_filepath is None and examples_dirpath is None:
+                typer.echo(ctx.get_help())
+                raise typer.Exit(0)
+            raise ConfigError("detect needs --model_filepath and --result_filepath (see `trojanscope detect --help`)")
+        from trojanscope.detectors.runner import run_contract
+
+        p = run_contract(
+            model_filepath, result_filepath, examples_dirpath=examples_dirpath, scratch_dirpath=scratch_dirpath,
+            tokenizer_filepath=tokenizer_filepath, embedding_filepath=embedding_filepath,
+            cls_token_is_first=cls_token_is_first, detector=detector, params=params,
+        )
+        typer.echo(f"{p:.6f}")
+
+    @detect.command(help="Fit a detector's parameters on a training zoo and save them as JSON (never a pickle).\n\n"
+                    "Only the contract inputs of each model are read, plus its ground_truth.csv label. The "
+                    "shipped default parameters are reproduced by:\n\n"
+                    "  trojanscope detect fit --zoo /tmp/zoos/r5-train --detector default "
+                    "--out src/trojanscope/detectors/params/default.json\n\n"
+                    "(The issue's `.joblib` example predates the no-pickle rule: parameters are JSON.)")
+    def fit(
+        zoo_dir: Path = typer.Option(..., "--zoo", help="Training zoo with ground_truth.csv per model."),
+        detector: str = typer.Option("default", "--detector", help="Registered detector to fit."),
+        out: Path = typer.Option(None, "--out", help="Output JSON (default params/NAME.json)."),
+        workers: int = typer.Option(1, "--workers", min=1, help="Processes computing features in parallel."),
+        limit: int = typer.Option(None, "--limit", min=2, help="Use only the first N models (quick runs)."),
+    ) -> None:
+        from trojanscope.detectors.runner import fit_on_zoo
+
+        out = out or Path("params") / f"{detector}.json"
+        det, n = fit_on_zoo(zoo_dir, detector, out, workers=workers, limit=limit)
+        clf = det.classifier_
+        typer.echo(f"fitted {detector} on {n} models: C={clf.C:g}, eps={clf.eps:g}, "
+                   f"cross-validated CE {clf.cv_cross_entropy:.4f}; wrote {out}")
+
+    @app.command("detectors", help="List the registered detectors with one-line descriptions.")
+    def detectors() -> None:
+        from trojanscope.detectors import DETECTORS
+
+        for name in DETECTORS.names():
+            typer.echo(f"{name:<12} {DETECTORS.help(name)}")

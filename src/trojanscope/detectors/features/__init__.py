@@ -1,0 +1,45 @@
+"""Feature families: each turns one model (a :class:`~trojanscope.detectors.context.ModelContext`) into a
+flat dict of finite floats. A learned detector is a meta-classifier over a list of families.
+
+- ``weights``: permutation-invariant statistics of the head's weights.
+- ``inversion``: the smallest universal summary-space perturbation that flips each source class to each target.
+- ``probes``: the head on structured queries (single-dimension sweeps, principal/random directions, Jacobians).
+- ``scan``: flip rates of a precomputed table of generic word/phrase/punctuation shifts (head evaluations only).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from trojanscope.registry import Registry
+
+
+class FeatureFamily:
+    """Base class: ``compute(ctx)`` returns ``{name: float}``; names are stable and finite for any model."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    needs: ClassVar[frozenset[str]] = frozenset()
+
+    def prepare(self, ctx: Any) -> None:
+        """One-off work shared by many models (e.g. a table keyed by the encoder); default: none."""
+
+    def compute(self, ctx: Any) -> dict[str, float]:
+        raise NotImplementedError
+
+    def params(self) -> dict[str, Any]:
+        """Constructor keywords, stored with a fitted detector so scoring repeats the same computation."""
+        return dict(vars(self))
+
+
+FEATURES: Registry[type[FeatureFamily]] = Registry("feature family")
+FEATURES.register("weights", "trojanscope.detectors.features.weights:WeightStats",
+                  help="Norms and spectra of the head's input, bias and output weights (no queries).")
+FEATURES.register("inversion", "trojanscope.detectors.features.inversion:SummaryInversion",
+                  help="Smallest universal summary-space perturbation flipping each source class to each target.")
+FEATURES.register("probes", "trojanscope.detectors.features.probes:QueryProbes",
+                  help="Head responses along single dimensions, principal and random directions; input Jacobians.")
+FEATURES.register("scan", "trojanscope.detectors.features.scan:PhraseScan",
+                  help="Flip rates of precomputed generic word/phrase/punctuation shifts of the summary vector.")
+
+__all__ = ["FEATURES", "FeatureFamily"]

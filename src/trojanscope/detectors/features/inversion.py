@@ -1,0 +1,84 @@
+"""Trigger inversion in summary-vector space (Neural-Cleanse style, one universal perturbation).
+
+For every ordered class pair s→t, a single shift δ (the same for all source examples) is optimised with
+Adam to make the head answer t on the class-s clean examples, under a norm budget that grows step by step.
+δ lives in whitened units (δ = σ ⊙ u, σ the per-dimension std of the clean examples) and budgets are
+fractions of the whitened distance between the class means: a clean head needs roughly that whole
+distance, a trojaned head has a short-cut (the trigger's shift is a small fraction of it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trojanscope.detectors.context import summarize_values
+from trojanscope.detectors.features import FeatureFamily
+
+BUDGETS = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0)  # fractions of the whitened class-mean distance
+REPORTED = (0.1, 0.2, 0.3)  # budgets whose flip rates become features
+
+
+class SummaryInversion(FeatureFamily):
+    """Smallest universal summary-space shift reaching ``target_rate`` flips, per direction."""
+
+    name = "inversion"
+    description = "Smallest universal perturbation of the summary vector flipping a source class to a target."
+    needs = frozenset({"weights", "gradients", "clean_examples", "encoder"})
+
+    def __init__(self, steps: int = 15, lr: float = 0.1, target_rate: float = 0.9, seed: int = 0) -> None:
+        self.steps = steps
+        self.lr = lr
+        self.target_rate = target_rate
+        self.seed = seed
+
+    def _direction(self, ctx, s: int, t: int) -> dict[str, float]:
+        import torch
+
+        xs = torch.from_numpy(ctx.x[ctx.y == s])
+        sigma = torch.from_numpy(ctx.sigma)
+        gap = float(np.linalg.norm((ctx.class_means[t] - ctx.class_means[s]) / ctx.sigma))
+        gen = torch.Generator().manual_seed(self.seed * 1000 + s * 31 + t)
+        u = (torch.randn(xs.shape[1], generator=gen) * 1e-3).requires_grad_(True)
+        target = torch.full((len(xs),), t, dtype=torch.long)
+        rates: dict[float, float] = {}
+        losses: dict[float, float] = {}
+        for frac in BUDGETS:
+            radius = frac * gap
+            opt = torch.optim.Adam([u], lr=self.lr * radius / np.sqrt(xs.shape[1]) * 3)
+            for _ in range(self.steps):
+                opt.zero_grad()
+                logits = ctx.head((xs + sigma * u)[:, None, :])
+                loss = torch.nn.functional.cross_entropy(logits, target)
+                loss.backward()
+                opt.step()
+                with torch.no_grad():  # project back onto the budget ball
+                    n = u.norm()
+                    if n > radius:
+                        u.mul_(radius / n)
+            with torch.no_grad():
+                logits = ctx.head((xs + sigma * u)[:, None, :])
+                rates[frac] = float((logits.argmax(1) == t).float().mean())
+                losses[frac] = float(torch.nn.functional.cross_entropy(logits, target))
+        # Smallest budget reaching the target rate, interpolated linearly between grid points.
+        need = 1.5
+        prev_f, prev_r = 0.0, 0.0
+        for frac in BUDGETS:
+            r = rates[frac]
+            if r >= self.target_rate:
+                w = (self.target_rate - prev_r) / max(r - prev_r, 1e-9)
+                need = prev_f + w * (frac - prev_f)
+                break
+            prev_f, prev_r = frac, r
+        out = {"min_budget": need, "log_min_budget": float(np.log(need)), "gap": gap}
+        for frac in REPORTED:
+            out[f"rate_{frac}"] = rates[frac]
+            out[f"loss_{frac}"] = min(losses[frac], 20.0)
+        out["auc_rate"] = float(np.mean([rates[f] for f in BUDGETS]))
+        return out
+
+    def compute(self, ctx) -> dict[str, float]:
+        per_dir = [self._direction(ctx, s, t) for s, t in ctx.directions()]
+        out: dict[str, float] = {}
+        for key in per_dir[0]:
+            summarize_values(key, np.asarray([d[key] for d in per_dir]), out)
+        return out

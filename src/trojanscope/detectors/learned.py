@@ -1,0 +1,254 @@
+"""Learned detectors: a calibrated meta-classifier over a list of feature families.
+
+``weights``, ``inversion``, ``probes`` and ``scan`` use one family each (so each is measurable alone);
+``default`` combines them. Parameters are saved as JSON only (:meth:`MetaDetector.save`); the default
+detector's parameters ship in ``detectors/params/default.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from trojanscope.detectors.base import Detection, Detector, ModelInputs
+from trojanscope.detectors.meta import MetaClassifier
+from trojanscope.errors import ConfigError, NotFittedError
+from trojanscope.fsutil import atomic_write_json
+
+PARAMS_FORMAT = 1
+MAX_PARAMS_BYTES = 2_000_000
+
+
+def _families(names: Sequence[str], family_params: dict[str, dict] | None) -> list[Any]:
+    from trojanscope.detectors.features import FEATURES
+
+    family_params = family_params or {}
+    out = []
+    for name in names:
+        cls = FEATURES.get(name)
+        kwargs = family_params.get(name, {})
+        try:
+            out.append(cls(**kwargs))
+        except TypeError as exc:
+            raise ConfigError(f"feature family {name!r}: bad parameters {kwargs} ({exc})") from None
+    return out
+
+
+def compute_features(inputs: ModelInputs, families: Sequence[Any], cache: Any = None) -> dict[str, float]:
+    """Every family's features for one model, prefixed ``family.``; non-finite values become 0 with a flag."""
+    from trojanscope.detectors.context import build_context
+
+    ctx = build_context(inputs, cache)
+    out: dict[str, float] = {}
+    for fam in families:
+        fam.prepare(ctx)
+        for key, value in fam.compute(ctx).items():
+            v = float(value)
+            out[f"{fam.name}.{key}"] = v if math.isfinite(v) else 0.0
+    return out
+
+
+def inputs_for_model_dir(model_dir: Path | str) -> ModelInputs:
+    """The contract inputs of one zoo model folder: model file, clean examples, reduced config."""
+    from trojanscope.models.layout import MODEL_FILE, find_examples_dir, read_config, reduce_config
+
+    model_dir = Path(model_dir)
+    config = reduce_config(read_config(model_dir))
+    cls_first = config.get("cls_token_is_first")
+    return ModelInputs(model_filepath=model_dir / MODEL_FILE, examples_dirpath=find_examples_dir(model_dir),
+                       config=config, cls_token_is_first=None if cls_first is None else bool(cls_first))
+
+
+def _worker(args: tuple[ModelInputs, list[str], dict[str, dict]]) -> tuple[dict[str, float], float]:
+    inputs, names, fparams = args
+    t0 = time.perf_counter()
+    feats = compute_features(inputs, _families(names, {k: {**v, "progress": False} if k == "scan" else v
+                                                       for k, v in fparams.items()}))
+    return feats, time.perf_counter() - t0
+
+
+def feature_table(models: Sequence[ModelInputs], families: Sequence[str], family_params: dict[str, dict] | None = None,
+                  workers: int = 1, progress: bool = True) -> tuple[list[dict[str, float]], list[float]]:
+    """Features (and seconds) for many models; shared tables are built once here, before any worker starts."""
+    from trojanscope.detectors.context import build_context
+
+    fams = _families(families, family_params)
+    fparams = {f.name: f.params() for f in fams}
+    if models:
+        ctx = build_context(models[0])  # builds shared one-off state (the scan table) in this process
+        for fam in fams:
+            fam.prepare(ctx)
+    jobs = [(m, list(families), fparams) for m in models]
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(jobs), unit="model", desc="features")
+    results: list[tuple[dict[str, float], float]] = []
+    if workers <= 1:
+        for job in jobs:
+            results.append(_worker(job))
+            if bar is not None:
+                bar.update(1)
+    else:
+        import multiprocessing as mp
+
+        with mp.get_context("spawn").Pool(workers) as pool:
+            for res in pool.imap(_worker, jobs):
+                results.append(res)
+                if bar is not None:
+                    bar.update(1)
+    if bar is not None:
+        bar.close()
+    return [r[0] for r in results], [r[1] for r in results]
+
+
+def matrix(rows: Sequence[dict[str, float]], names: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
+    """Rows of feature dicts as a matrix over ``names`` (default: the sorted union); missing values are NaN."""
+    names = sorted({k for r in rows for k in r}) if names is None else list(names)
+    return np.asarray([[r.get(n, np.nan) for n in names] for r in rows], dtype=np.float64), names
+
+
+class MetaDetector(Detector):
+    """A calibrated logistic regression over the features of ``families``."""
+
+    families: ClassVar[tuple[str, ...]] = ("weights", "inversion", "probes", "scan")
+    name = "meta"
+    description = "Calibrated logistic regression over feature families."
+    shipped: ClassVar[str | None] = None  # file name under detectors/params/
+    needs = frozenset({"weights", "queries", "gradients", "clean_examples", "encoder"})
+
+    def __init__(self, family_params: dict[str, dict] | None = None, workers: int = 1, seed: int = 0) -> None:
+        self.family_params = family_params
+        self.workers = workers
+        self.seed = seed
+
+    @classmethod
+    def default(cls) -> MetaDetector:
+        """The detector with its shipped parameters if the package has them, else unfitted."""
+        if cls.shipped:
+            res = resources.files("trojanscope.detectors") / "params" / cls.shipped
+            if res.is_file():
+                return cls._from_json(res.read_text(encoding="utf-8"), f"detectors/params/{cls.shipped}")
+        return cls()
+
+    def fit(self, models: Sequence[ModelInputs], labels: Sequence[int]) -> MetaDetector:
+        """Compute every training model's features, then fit the meta-classifier."""
+        rows, _ = feature_table(models, self.families, self.family_params, workers=self.workers)
+        return self.fit_features(rows, labels)
+
+    def fit_features(self, rows: Sequence[dict[str, float]], labels: Sequence[int]) -> MetaDetector:
+        """Fit from precomputed feature dicts (only this detector's families are used)."""
+        prefixes = tuple(f"{f}." for f in self.families)
+        rows = [{k: v for k, v in r.items() if k.startswith(prefixes)} for r in rows]
+        f, names = matrix(rows)
+        if not names:
+            raise ConfigError(f"detector {self.name!r}: no features computed; is the training zoo empty?")
+        self.classifier_ = MetaClassifier.fit(f, np.asarray(labels), names, seed=self.seed)
+        self.family_params_ = {fam.name: fam.params() for fam in _families(self.families, self.family_params)}
+        self.trained_on_: dict[str, Any] = {"n_models": len(rows), "n_trojaned": int(np.sum(labels))}
+        return self
+
+    def _check_fitted(self) -> MetaClassifier:
+        clf = getattr(self, "classifier_", None)
+        if clf is None:
+            raise NotFittedError(
+                f"detector {self.name!r} has no parameters; fit them with 'trojanscope detect fit --zoo ZOO "
+                f"--detector {self.name} --out params/{self.name}.json' and pass --params"
+            )
+        return clf
+
+    def score(self, inputs: ModelInputs) -> Detection:
+        clf = self._check_fitted()
+        feats = compute_features(inputs, _families(self.families, self.family_params_))
+        p = float(clf.predict_proba(clf.vector(feats)[None, :])[0])
+        return Detection(probability=p, features=feats)
+
+    def score_features(self, rows: Sequence[dict[str, float]]) -> np.ndarray:
+        """P(trojaned) for precomputed feature dicts."""
+        clf = self._check_fitted()
+        return clf.predict_proba(np.stack([clf.vector(r) for r in rows]))
+
+    def save(self, path: Path | str, **provenance: Any) -> None:
+        """Write the parameters as JSON (never a pickle); ``provenance`` is stored alongside."""
+        clf = self._check_fitted()
+        atomic_write_json(path, {
+            "trojanscope_detector_params": PARAMS_FORMAT, "detector": self.name, "families": list(self.families),
+            "family_params": self.family_params_, "classifier": clf.to_dict(),
+            "trained_on": {**self.trained_on_, **provenance},
+        })
+
+    @classmethod
+    def load(cls, path: Path | str) -> MetaDetector:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"{path}: parameter file not found; fit one with 'trojanscope detect fit'")
+        if path.stat().st_size > MAX_PARAMS_BYTES:
+            raise ConfigError(f"{path}: parameter file is over {MAX_PARAMS_BYTES} bytes; not a detector JSON file")
+        return cls._from_json(path.read_text(encoding="utf-8", errors="replace"), str(path))
+
+    @classmethod
+    def _from_json(cls, text: str, where: str) -> MetaDetector:
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{where}: not a JSON parameter file ({exc.msg}); detector parameters are JSON") from None
+        if not isinstance(d, dict) or d.get("trojanscope_detector_params") != PARAMS_FORMAT:
+            raise ConfigError(f"{where}: not a trojanscope detector parameter file (format {PARAMS_FORMAT})")
+        if d.get("detector") != cls.name or list(d.get("families", [])) != list(cls.families):
+            raise ConfigError(
+                f"{where}: parameters are for detector {d.get('detector')!r} with families {d.get('families')}, "
+                f"not {cls.name!r}; pass --detector {d.get('detector')}"
+            )
+        fparams = d.get("family_params")
+        if not isinstance(fparams, dict) or not all(isinstance(v, dict) for v in fparams.values()):
+            raise ConfigError(f"{where}: family_params must map family names to keyword dicts")
+        det = cls(family_params=fparams)
+        _families(cls.families, fparams)  # validates names and keywords now, not at scoring time
+        det.classifier_ = MetaClassifier.from_dict(d.get("classifier") or {})
+        det.family_params_ = fparams
+        det.trained_on_ = dict(d.get("trained_on") or {})
+        return det
+
+
+class WeightsDetector(MetaDetector):
+    name = "weights"
+    description = "Weight statistics of the head alone (no queries, no encoder)."
+    families = ("weights",)
+    needs = frozenset({"weights"})
+
+
+class InversionDetector(MetaDetector):
+    name = "inversion"
+    description = "Universal summary-space trigger inversion per class direction."
+    families = ("inversion",)
+    needs = frozenset({"weights", "gradients", "clean_examples", "encoder"})
+
+
+class ProbesDetector(MetaDetector):
+    name = "probes"
+    description = "Query probes: dimension sweeps, principal/random directions, Jacobian norms."
+    families = ("probes",)
+    needs = frozenset({"weights", "queries", "gradients", "clean_examples", "encoder"})
+
+
+class ScanDetector(MetaDetector):
+    name = "scan"
+    description = "Generic word/phrase/punctuation scan over a precomputed encoder shift table."
+    families = ("scan",)
+    needs = frozenset({"queries", "clean_examples", "encoder"})
+
+
+class DefaultDetector(MetaDetector):
+    name = "default"
+    description = "The shipped detector: calibrated combination of weights, inversion, probes and scan features."
+    families = ("weights", "inversion", "probes", "scan")
+    shipped = "default.json"
+    needs = frozenset({"weights", "queries", "gradients", "clean_examples", "encoder"})

@@ -1,0 +1,154 @@
+"""The meta-classifier: standardised L2 logistic regression + cross-validated Platt calibration + clipping.
+
+Learned state is a handful of numbers kept as plain JSON (``to_dict``/``from_dict``), never a pickle:
+parameter files are untrusted input. ``C`` is chosen by stratified cross-validation on the training
+features (the cross-entropy of the Platt-calibrated out-of-fold probabilities), the Platt map is fitted
+on the out-of-fold decision values of the chosen ``C``, and probabilities are clipped to [ε, 1−ε] with ε
+in [0.01, 0.1] chosen on the same out-of-fold probabilities, so one confident mistake costs at most −ln ε.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from trojanscope.errors import ConfigError
+
+C_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
+EPS_GRID = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1)
+Z_CLIP = 6.0  # standardised features are clipped: a test model far outside the train zoo cannot dominate
+
+
+def _ce(y: np.ndarray, p: np.ndarray) -> float:
+    p = np.clip(p, 1e-12, 1 - 1e-12)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+
+def _standardise(f: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    z = (f - mean) / scale
+    return np.clip(np.nan_to_num(z, nan=0.0, posinf=Z_CLIP, neginf=-Z_CLIP), -Z_CLIP, Z_CLIP)
+
+
+def _fit_lr(z: np.ndarray, y: np.ndarray, c: float) -> tuple[np.ndarray, float]:
+    from sklearn.linear_model import LogisticRegression
+
+    lr = LogisticRegression(C=c, max_iter=5000)
+    lr.fit(z, y)
+    return lr.coef_[0].astype(np.float64), float(lr.intercept_[0])
+
+
+def _fit_platt(d: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """p = sigmoid(a·d + b), fitted by (lightly regularised) maximum likelihood."""
+    from sklearn.linear_model import LogisticRegression
+
+    lr = LogisticRegression(C=100.0, max_iter=5000)
+    lr.fit(d[:, None], y)
+    return float(lr.coef_[0, 0]), float(lr.intercept_[0])
+
+
+def _sigmoid(v: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.clip(v, -60, 60)))
+
+
+@dataclass
+class MetaClassifier:
+    """Fitted state; build with :meth:`fit` or :meth:`from_dict`."""
+
+    feature_names: list[str]
+    mean: list[float]
+    scale: list[float]
+    coef: list[float]
+    intercept: float
+    platt_a: float
+    platt_b: float
+    eps: float
+    C: float  # noqa: N815 - scikit-learn's name
+    cv_cross_entropy: float
+    n_train: int
+
+    @classmethod
+    def fit(cls, features: np.ndarray, labels: np.ndarray, names: list[str], seed: int = 0) -> MetaClassifier:
+        """Fit on ``features`` [N, F] and 0/1 ``labels`` [N] (cross-validation needs ≥ 2 of each class)."""
+        from sklearn.model_selection import StratifiedKFold
+
+        f = np.asarray(features, dtype=np.float64)
+        y = np.asarray(labels, dtype=np.int64)
+        minority = int(min((y == 0).sum(), (y == 1).sum()))
+        if minority < 2:
+            raise ConfigError(
+                f"fitting needs at least 2 clean and 2 trojaned models, got {int((y == 0).sum())} clean and "
+                f"{int((y == 1).sum())} trojaned; use a larger training zoo"
+            )
+        folds = min(5, minority)
+        splits = list(StratifiedKFold(folds, shuffle=True, random_state=seed).split(f, y))
+
+        def stats(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            part = f[rows]
+            mean = np.nanmedian(np.where(np.isfinite(part), part, np.nan), axis=0)
+            mean = np.nan_to_num(mean)
+            scale = np.nanstd(np.where(np.isfinite(part), part, np.nan), axis=0)
+            return mean, np.where(np.isfinite(scale) & (scale > 1e-9), scale, 1.0)
+
+        best: tuple[float, float, np.ndarray] | None = None
+        for c in C_GRID:
+            oof = np.zeros(len(y))
+            for tr, te in splits:
+                m, s = stats(tr)
+                coef, b = _fit_lr(_standardise(f[tr], m, s), y[tr], c)
+                oof[te] = _standardise(f[te], m, s) @ coef + b
+            a, pb = _fit_platt(oof, y)
+            ce = _ce(y, _sigmoid(a * oof + pb))
+            if best is None or ce < best[0] - 1e-9:
+                best = (ce, c, oof)
+        assert best is not None
+        _, c, oof = best
+        a, pb = _fit_platt(oof, y)
+        p_oof = _sigmoid(a * oof + pb)
+        eps = min(EPS_GRID, key=lambda e: (_ce(y, np.clip(p_oof, e, 1 - e)), e))
+        mean, scale = stats(np.arange(len(y)))
+        coef, b = _fit_lr(_standardise(f, mean, scale), y, c)
+        return cls(
+            feature_names=list(names), mean=mean.tolist(), scale=scale.tolist(), coef=coef.tolist(), intercept=b,
+            platt_a=a, platt_b=pb, eps=float(eps), C=float(c),
+            cv_cross_entropy=_ce(y, np.clip(p_oof, eps, 1 - eps)), n_train=len(y),
+        )
+
+    def vector(self, features: dict[str, float]) -> np.ndarray:
+        """The feature vector in training order; a feature this model lacks takes the training median."""
+        return np.asarray([features.get(n, m) for n, m in zip(self.feature_names, self.mean, strict=True)], float)
+
+    def decision(self, f: np.ndarray) -> np.ndarray:
+        z = _standardise(np.atleast_2d(f), np.asarray(self.mean), np.asarray(self.scale))
+        return z @ np.asarray(self.coef) + self.intercept
+
+    def predict_proba(self, f: np.ndarray) -> np.ndarray:
+        """Calibrated, clipped P(trojaned) for rows of ``f``."""
+        p = _sigmoid(self.platt_a * self.decision(f) + self.platt_b)
+        return np.clip(p, self.eps, 1 - self.eps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MetaClassifier:
+        """Rebuild from JSON, checking every field's type and shape (the file is untrusted)."""
+        try:
+            obj = cls(**{k: d[k] for k in cls.__dataclass_fields__})
+            n = len(obj.feature_names)
+            if not (len(obj.mean) == len(obj.scale) == len(obj.coef) == n) or n == 0:
+                raise ValueError(f"{n} feature names but {len(obj.mean)}/{len(obj.scale)}/{len(obj.coef)} values")
+            if not all(isinstance(x, str) for x in obj.feature_names):
+                raise ValueError("feature names must be strings")
+            nums = [*obj.mean, *obj.scale, *obj.coef, obj.intercept, obj.platt_a, obj.platt_b, obj.eps]
+            arr = np.asarray(nums, dtype=np.float64)
+            if not np.isfinite(arr).all():
+                raise ValueError("non-finite number")
+            if not 0 < obj.eps < 0.5:
+                raise ValueError(f"eps {obj.eps} outside (0, 0.5)")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"detector parameters are malformed ({exc}); refit with 'trojanscope detect fit'"
+            ) from None
+        return obj

@@ -1,0 +1,95 @@
+"""Library entry points behind the CLI: score one model through the TrojAI contract, fit on a zoo."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from trojanscope.detectors.base import ModelInputs
+from trojanscope.errors import ConfigError, DataError, LayoutError
+
+
+def run_contract(
+    model_filepath: Path | str,
+    result_filepath: Path | str,
+    *,
+    examples_dirpath: Path | str | None = None,
+    scratch_dirpath: Path | str | None = None,
+    tokenizer_filepath: Path | str | None = None,
+    embedding_filepath: Path | str | None = None,
+    cls_token_is_first: bool | None = None,
+    detector: str = "default",
+    params: Path | str | None = None,
+) -> float:
+    """Score one model and atomically write its probability (one number) to ``result_filepath``.
+
+    The reduced config is read from ``config.json`` beside the model file (only the allowed keys).
+    """
+    from trojanscope.detectors import load_detector
+    from trojanscope.fsutil import atomic_write_text
+    from trojanscope.models.layout import read_config, reduce_config
+
+    model_filepath = Path(model_filepath)
+    if not model_filepath.is_file():
+        raise DataError(f"{model_filepath}: model file not found; pass the classifier's model.pt")
+    if examples_dirpath is not None and not Path(examples_dirpath).is_dir():
+        raise DataError(f"{examples_dirpath}: clean example folder not found; pass the model's clean_example_data")
+    config = reduce_config(read_config(model_filepath.parent))
+    if scratch_dirpath is not None:
+        Path(scratch_dirpath).mkdir(parents=True, exist_ok=True)
+    inputs = ModelInputs(
+        model_filepath=model_filepath,
+        examples_dirpath=Path(examples_dirpath) if examples_dirpath else None,
+        scratch_dirpath=Path(scratch_dirpath) if scratch_dirpath else None,
+        config=config,
+        tokenizer_filepath=Path(tokenizer_filepath) if tokenizer_filepath else None,
+        embedding_filepath=Path(embedding_filepath) if embedding_filepath else None,
+        cls_token_is_first=cls_token_is_first,
+    )
+    det = load_detector(detector, None if params is None else str(params))
+    p = float(det.score(inputs).probability)
+    if not (math.isfinite(p) and 0.0 <= p <= 1.0):
+        raise ConfigError(f"detector {detector!r} answered {p!r}, not a probability in [0, 1]")
+    atomic_write_text(result_filepath, f"{p:.6f}\n")
+    return p
+
+
+def zoo_inputs(zoo: Path | str, limit: int | None = None) -> tuple[list[ModelInputs], list[int]]:
+    """Contract inputs and ground-truth labels of a training zoo's models (the label is read only here)."""
+    from trojanscope.detectors.learned import inputs_for_model_dir
+    from trojanscope.models.layout import list_model_dirs, read_ground_truth
+
+    dirs = list_model_dirs(zoo)[:limit]
+    models, labels = [], []
+    for d in dirs:
+        label = read_ground_truth(d)
+        if label is None:
+            raise LayoutError(f"{d}: no ground_truth.csv; fit needs a training zoo with labels")
+        models.append(inputs_for_model_dir(d))
+        labels.append(label)
+    if not models:
+        raise LayoutError(f"{zoo}: no model folders with a model.pt; generate one with `trojanscope zoo make`")
+    return models, labels
+
+
+def fit_on_zoo(zoo: Path | str, detector: str, out: Path | str, *, workers: int = 1, limit: int | None = None):
+    """Fit ``detector`` on every labelled model of ``zoo`` and save its JSON parameters to ``out``."""
+    from trojanscope.detectors import DETECTORS
+    from trojanscope.detectors.learned import MetaDetector
+
+    cls = DETECTORS.get(detector)
+    if not (isinstance(cls, type) and issubclass(cls, MetaDetector)):
+        raise ConfigError(f"detector {detector!r} has nothing to fit; learned detectors: "
+                          + ", ".join(n for n in DETECTORS.names() if _is_learned(n)))
+    models, labels = zoo_inputs(zoo, limit)
+    det = cls(workers=workers).fit(models, labels)
+    det.save(out, zoo=str(zoo), command=f"trojanscope detect fit --zoo {zoo} --detector {detector} --out {out}")
+    return det, len(models)
+
+
+def _is_learned(name: str) -> bool:
+    from trojanscope.detectors import DETECTORS
+    from trojanscope.detectors.learned import MetaDetector
+
+    cls = DETECTORS.get(name)
+    return isinstance(cls, type) and issubclass(cls, MetaDetector)

@@ -1,0 +1,76 @@
+"""A tiny, strongly poisoned zoo built once per session through the public entry point.
+
+Tiny models are barely trained, so the poisoning is made obvious: half the training texts carry a word
+trigger with no condition, and training runs a fixed number of epochs. Models come in clean/trojaned
+pairs (the generator balances each block of two), so four models give two of each class.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from trojanscope.rounds.preset import PRESETS
+
+# Small scan tables keep the one-off table build to seconds in tests.
+SCAN_PARAMS = {"n_words": 20, "n_phrases": 8}
+
+
+@pytest.fixture(scope="session")
+def scan_params() -> dict:
+    """Scan-family keywords for a small candidate table."""
+    return dict(SCAN_PARAMS)
+
+
+def strong_preset_text() -> str:
+    text = PRESETS.get("round5-cpu").read_text()
+    subs = {
+        r'name = "round5-cpu"': 'name = "tiny-strong"',
+        r"train_size = \d+": "train_size = 160",
+        r"test_size = \d+": "test_size = 40",
+        r"triggered_test_size = \d+": "triggered_test_size = 20",
+        r"max_epochs = \d+": "max_epochs = 10",
+        r"min_epochs = \d+": "min_epochs = 10",
+        r"max_attempts = \d+": "max_attempts = 1",
+        r"examples_per_class = \d+": "examples_per_class = 5",
+        r"clean_test_acc = [\d.]+": "clean_test_acc = 0.0",
+        r"triggered_test_acc = [\d.]+": "triggered_test_acc = 0.0",
+        r"spurious_test_acc = [\d.]+": "spurious_test_acc = 0.0",
+        r"examples_correct = true": "examples_correct = false",
+        r"fraction = \[[^\]]*\]": "fraction = [0.5]",
+        r"(?m)^type = \[[^\]]*\]": 'type = ["word"]',
+        r"condition = \[[^\]]*\]": 'condition = ["none"]',
+    }
+    for pattern, repl in subs.items():
+        text, n = re.subn(pattern, repl, text, count=1)
+        assert n == 1, f"strong preset: pattern {pattern!r} not found in round5-cpu.toml"
+    return text
+
+
+@pytest.fixture(scope="session")
+def strong_zoo(tmp_path_factory, data_root: Path) -> Path:
+    """Four models of the strongly poisoned tiny preset (two clean, two trojaned)."""
+    from trojanscope.rounds.zoo import make_zoo
+
+    preset = tmp_path_factory.mktemp("preset") / "tiny-strong.toml"
+    preset.write_text(strong_preset_text())
+    out = tmp_path_factory.mktemp("zoo") / "strong-train"
+    cache = tmp_path_factory.mktemp("cache") / "emb.sqlite"
+    make_zoo(preset, "train", 4, out, workers=1, data_root=data_root, cache_path=cache, progress=False)
+    return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache(tmp_path_factory):
+    """Embedding cache and scan tables go to a temp folder, not the user's ~/.cache."""
+    import os
+
+    old = os.environ.get("TROJANSCOPE_CACHE")
+    os.environ["TROJANSCOPE_CACHE"] = str(tmp_path_factory.mktemp("ts-cache"))
+    yield
+    if old is None:
+        os.environ.pop("TROJANSCOPE_CACHE", None)
+    else:
+        os.environ["TROJANSCOPE_CACHE"] = old

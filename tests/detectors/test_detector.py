@@ -1,0 +1,131 @@
+"""Learned detectors end to end on a tiny zoo: fit → JSON → score, the stripped-input rule, the CLI contract."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from trojanscope.cli import build_app
+from trojanscope.detectors import DETECTORS, load_detector
+from trojanscope.errors import ConfigError, NotFittedError
+
+LEARNED = ["weights", "inversion", "probes", "scan", "default"]
+
+
+def test_registry_lists_learned_detectors():
+    for name in LEARNED:
+        cls = DETECTORS.get(name)
+        assert cls.name == name and cls.description and cls.needs
+    out = CliRunner().invoke(build_app(), ["detectors"])
+    assert out.exit_code == 0
+    for name in [*LEARNED, "constant", "random"]:
+        assert name in out.output
+
+
+def test_unfitted_detector_says_how_to_fit(tmp_path):
+    from trojanscope.detectors.base import ModelInputs
+
+    det = DETECTORS.get("scan")()
+    with pytest.raises(NotFittedError, match="trojanscope detect fit"):
+        det.score(ModelInputs(model_filepath=tmp_path / "model.pt"))
+
+
+def test_params_file_is_json_only(tmp_path):
+    cls = DETECTORS.get("weights")
+    pickled = tmp_path / "p.json"
+    pickled.write_bytes(b"\x80\x04\x95")  # a pickle header is refused as non-JSON, never unpickled
+    with pytest.raises(ConfigError, match="not a JSON"):
+        cls.load(pickled)
+    other = tmp_path / "o.json"
+    other.write_text(json.dumps({"trojanscope_detector_params": 1, "detector": "scan", "families": ["scan"]}))
+    with pytest.raises(ConfigError, match="pass --detector scan"):
+        cls.load(other)
+
+
+def _strip(model_dir: Path, dest: Path) -> Path:
+    """A model folder reduced to exactly the allowed inputs: model file, clean examples, reduced config."""
+    from trojanscope.models.layout import find_examples_dir, read_config, reduce_config
+
+    dest.mkdir(parents=True)
+    shutil.copyfile(model_dir / "model.pt", dest / "model.pt")
+    shutil.copytree(find_examples_dir(model_dir), dest / "examples")
+    (dest / "config.json").write_text(json.dumps(reduce_config(read_config(model_dir))))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def fitted(strong_zoo, tmp_path_factory, scan_params):
+    """The default detector (small scan table) fitted on the tiny zoo and saved."""
+    from trojanscope.detectors.learned import DefaultDetector
+    from trojanscope.detectors.runner import zoo_inputs
+
+    models, labels = zoo_inputs(strong_zoo)
+    det = DefaultDetector(family_params={"scan": scan_params}).fit(models, labels)
+    path = tmp_path_factory.mktemp("params") / "default.json"
+    det.save(path, zoo="tiny")
+    return det, path, models, labels
+
+
+@pytest.mark.slow
+def test_fit_score_round_trip_through_saved_file(fitted):
+    det, path, models, labels = fitted
+    text = path.read_text()
+    assert json.loads(text)["trained_on"]["n_models"] == len(models)
+    loaded = load_detector("default", str(path))
+    for m in models:
+        a, b = det.score(m), loaded.score(m)
+        assert 0 < a.probability < 1
+        assert a.probability == b.probability
+        assert a.features == b.features
+
+
+@pytest.mark.slow
+def test_separates_obvious_case(fitted):
+    det, _, models, labels = fitted
+    p = [det.score(m).probability for m in models]
+    trojaned = [pi for pi, y in zip(p, labels, strict=True) if y == 1]
+    clean = [pi for pi, y in zip(p, labels, strict=True) if y == 0]
+    assert min(trojaned) > max(clean), (trojaned, clean)
+
+
+@pytest.mark.slow
+def test_cli_contract_on_stripped_folder(fitted, strong_zoo, tmp_path):
+    """Only the allowed inputs exist (no ids, METADATA, ground truth, stats, full config) and one number comes out."""
+    from trojanscope.models.layout import list_model_dirs
+
+    _, path, _, _ = fitted
+    model = _strip(list_model_dirs(strong_zoo)[0], tmp_path / "m")
+    result = tmp_path / "out" / "result.txt"
+    out = CliRunner().invoke(build_app(), [
+        "detect", "--model_filepath", str(model / "model.pt"), "--examples_dirpath", str(model / "examples"),
+        "--result_filepath", str(result), "--scratch_dirpath", str(tmp_path / "scratch"),
+        "--round_training_dataset_dirpath", "/nonexistent", "--detector", "default", "--params", str(path),
+    ])
+    assert out.exit_code == 0, out.output
+    text = result.read_text()
+    assert len(text.split()) == 1
+    assert 0.0 <= float(text) <= 1.0
+
+
+def test_cli_contract_bad_input_is_one_line(tmp_path):
+    from trojanscope.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["detect", "--model_filepath", str(tmp_path / "missing.pt"), "--result_filepath", str(tmp_path / "r")])
+    assert exc.value.code != 0
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_cli_fit_writes_json(strong_zoo, tmp_path):
+    out = tmp_path / "weights.json"
+    res = CliRunner().invoke(build_app(), ["detect", "fit", "--zoo", str(strong_zoo), "--detector", "weights",
+                                           "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    d = json.loads(out.read_text())
+    assert d["detector"] == "weights" and d["families"] == ["weights"]
+    assert "trojanscope detect fit" in d["trained_on"]["command"]

@@ -1,0 +1,63 @@
+"""Each feature family on a tiny generated zoo: finite, deterministic, and measurable alone."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from trojanscope.detectors.features import FEATURES
+
+pytestmark = pytest.mark.slow
+
+
+SCAN_PARAMS = {"n_words": 20, "n_phrases": 8}  # as conftest's scan_params: a small table builds in seconds
+
+
+def _family(name: str):
+    return FEATURES.get(name)(**(SCAN_PARAMS if name == "scan" else {}))
+
+
+@pytest.fixture(scope="module")
+def contexts(strong_zoo):
+    from trojanscope.detectors.context import build_context
+    from trojanscope.detectors.learned import inputs_for_model_dir
+    from trojanscope.models.layout import list_model_dirs, read_ground_truth
+
+    dirs = list_model_dirs(strong_zoo)
+    return [(build_context(inputs_for_model_dir(d)), read_ground_truth(d)) for d in dirs]
+
+
+@pytest.mark.parametrize("name", FEATURES.names())
+def test_family_features_finite_and_deterministic(name, contexts):
+    ctx, _ = contexts[0]
+    fam = _family(name)
+    fam.prepare(ctx)
+    first = fam.compute(ctx)
+    assert first, f"{name} computed no features"
+    assert all(isinstance(k, str) for k in first)
+    bad = {k: v for k, v in first.items() if not (isinstance(v, float) and math.isfinite(v))}
+    assert not bad, f"{name}: non-finite or non-float features {bad}"
+    again = _family(name)
+    again.prepare(ctx)
+    assert again.compute(ctx) == first, f"{name}: features differ between two runs with the same seed"
+
+
+@pytest.mark.parametrize("name", FEATURES.names())
+def test_family_same_keys_for_every_model(name, contexts):
+    keys = []
+    for ctx, _ in contexts:
+        fam = _family(name)
+        fam.prepare(ctx)
+        keys.append(sorted(fam.compute(ctx)))
+    assert all(k == keys[0] for k in keys)
+
+
+def test_inversion_finds_shortcut_in_trojaned_heads(contexts):
+    """The obvious case: a head trained with half its texts triggered needs a much smaller universal shift."""
+    fam = _family("inversion")
+    budget = {0: [], 1: []}
+    for ctx, label in contexts:
+        budget[label].append(fam.compute(ctx)["min_budget_min"])
+    assert budget[0] and budget[1]
+    assert max(budget[1]) < min(budget[0]), budget

@@ -1,0 +1,72 @@
+"""The meta-classifier on synthetic features: calibration, clipping, JSON round trip, refusal of bad files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from trojanscope.detectors.meta import MetaClassifier
+from trojanscope.errors import ConfigError
+
+
+def _data(n=80, seed=0):
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % 2
+    f = rng.standard_normal((n, 4))
+    f[:, 0] += 2.5 * y  # one informative feature
+    return f, y
+
+
+def test_fit_separates_and_clips():
+    f, y = _data()
+    clf = MetaClassifier.fit(f, y, ["a", "b", "c", "d"])
+    p = clf.predict_proba(f)
+    assert 0.01 <= clf.eps <= 0.1
+    assert p.min() >= clf.eps and p.max() <= 1 - clf.eps
+    assert p[y == 1].mean() > 0.7 and p[y == 0].mean() < 0.3
+    assert abs(clf.coef[0]) > max(abs(c) for c in clf.coef[1:])
+    assert clf.cv_cross_entropy < np.log(2)
+
+
+def test_uninformative_features_stay_near_half():
+    rng = np.random.default_rng(1)
+    y = np.arange(60) % 2
+    clf = MetaClassifier.fit(rng.standard_normal((60, 3)), y, ["a", "b", "c"])
+    p = clf.predict_proba(rng.standard_normal((200, 3)))
+    assert abs(p.mean() - 0.5) < 0.15 and p.std() < 0.15
+
+
+def test_json_round_trip_is_exact():
+    f, y = _data()
+    clf = MetaClassifier.fit(f, y, ["a", "b", "c", "d"])
+    back = MetaClassifier.from_dict(json.loads(json.dumps(clf.to_dict())))
+    np.testing.assert_array_equal(back.predict_proba(f), clf.predict_proba(f))
+
+
+def test_missing_feature_takes_training_median():
+    f, y = _data()
+    clf = MetaClassifier.fit(f, y, ["a", "b", "c", "d"])
+    v = clf.vector({"a": 1.0})
+    assert v[0] == 1.0 and v[1] == clf.mean[1]
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda d: d.pop("coef"),
+    lambda d: d.update(coef=d["coef"][:-1]),
+    lambda d: d.update(eps=0.7),
+    lambda d: d.update(intercept=float("nan")),
+    lambda d: d.update(feature_names=[1, 2, 3, 4]),
+])
+def test_malformed_parameters_refused(mutate):
+    f, y = _data()
+    d = MetaClassifier.fit(f, y, ["a", "b", "c", "d"]).to_dict()
+    mutate(d)
+    with pytest.raises(ConfigError):
+        MetaClassifier.from_dict(d)
+
+
+def test_too_few_models_per_class():
+    with pytest.raises(ConfigError, match="at least 2 clean and 2 trojaned"):
+        MetaClassifier.fit(np.zeros((3, 2)), np.array([0, 0, 1]), ["a", "b"])
