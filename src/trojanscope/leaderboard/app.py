@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -83,6 +85,40 @@ async def _too_large(send: Send, limit: int) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+class CachedRoundPages:
+    """Serve cached round pages (see ``routes.pages``) before routing and dependency resolution.
+
+    Only anonymous ``GET /rounds/<name>`` requests qualify. A page younger than ``fresh_s`` is
+    served as is; an older one is revalidated by exactly one request (a fingerprint check, re-render
+    only on change) while the others keep getting the cached copy, so a crowd of readers never
+    piles onto the database at once.
+    """
+
+    def __init__(self, app: ASGIApp, cache: dict, fresh_s: float) -> None:
+        self.app, self.cache, self.fresh_s = app, cache, fresh_s
+        self.revalidating: set[str] = set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        name = None
+        if scope["type"] == "http" and scope["method"] == "GET" and scope["path"].startswith("/rounds/") and \
+                not any(k == b"authorization" for k, _ in scope["headers"]):
+            name = scope["path"][len("/rounds/"):]
+            hit = self.cache.get((name, False)) if "/" not in name else None
+            if hit is not None and (time.monotonic() - hit[0] < self.fresh_s or name in self.revalidating):
+                await send({"type": "http.response.start", "status": 200,
+                            "headers": [(b"content-type", b"text/html; charset=utf-8"),
+                                        (b"content-length", str(len(hit[2])).encode())]})
+                await send({"type": "http.response.body", "body": hit[2]})
+                return
+            if hit is not None:
+                self.revalidating.add(name)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            if name is not None:
+                self.revalidating.discard(name)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service for ``settings`` (default: from ``TROJANSCOPE_*`` variables); creates/upgrades the schema."""
     from trojanscope.leaderboard.routes import pages, rounds, submissions, teams
@@ -104,4 +140,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (rounds, teams, submissions, pages):
         app.include_router(module.router)
     app.add_middleware(BodySizeLimit, max_upload_bytes=settings.max_upload_bytes)
+    app.add_middleware(CachedRoundPages, cache=app.state.round_page_cache, fresh_s=pages.FRESH_S)
     return app
