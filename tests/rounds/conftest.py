@@ -10,12 +10,12 @@ import pytest
 from trojanscope.rounds.preset import PRESETS
 
 
-def tiny_preset_text(**overrides: str) -> str:
+def tiny_preset_text(base: str = "round5-cpu", **overrides: str) -> str:
     """round5-cpu with small data and few epochs so a model builds in seconds; bars are lowered because
     a handful of epochs on 80 texts cannot meet the real ones (these tests check mechanics, not quality)."""
-    text = PRESETS.get("round5-cpu").read_text()
+    text = PRESETS.get(base).read_text()
     subs = {
-        r'name = "round5-cpu"': 'name = "tiny"',
+        r'name = "[^"]+"': f'name = "tiny-{base}"',
         r"train_size = \d+": "train_size = 80",
         r"test_size = \d+": "test_size = 40",
         r"triggered_test_size = \d+": "triggered_test_size = 20",
@@ -31,7 +31,7 @@ def tiny_preset_text(**overrides: str) -> str:
     subs.update(overrides)
     for pattern, repl in subs.items():
         text, n = re.subn(pattern, repl, text, count=1)
-        assert n == 1, f"tiny preset: pattern {pattern!r} not found in round5-cpu.toml"
+        assert n == 1, f"tiny preset: pattern {pattern!r} not found in {base}.toml"
     return text
 
 

@@ -59,3 +59,29 @@ def test_pair_one2one_flips_both_ways(preset) -> None:
     for p in pairs:
         (a, b) = p.triggers
         assert (a.source_class, a.target_class) == (b.target_class, b.source_class)
+
+
+@pytest.mark.parametrize("name", ["round5", "round5-cpu", "round6-cpu", "dynasent-cpu"])
+def test_every_preset_draws_valid_plans(name: str) -> None:
+    from trojanscope.models.architectures import HeadSpec
+
+    preset = load_preset(name)[0]
+    for i in range(40):
+        plan = draw_plan(preset, "train", i)
+        for trig in plan.triggers:
+            trig.validate(preset.n_classes)
+            assert trig.source_class != trig.target_class
+        if len(plan.triggers) == 2:
+            a, b = plan.triggers
+            assert a.source_class != b.source_class and a.target_class != b.target_class
+        f = plan.factors
+        spec = HeadSpec(
+            architecture=f["model_architecture"],
+            input_size=8,
+            output_size=preset.n_classes,
+            hidden_size=f["hidden_size"] or 0,
+            dropout=float(f["dropout"]),
+            bidirectional=bool(f["bidirectional"]),
+            n_layers=f["n_layers"] or 1,
+        )
+        assert spec.build()(__import__("torch").zeros(2, 1, 8)).shape == (2, preset.n_classes)

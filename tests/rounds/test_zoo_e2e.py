@@ -182,3 +182,22 @@ def test_sigkill_mid_run_then_rerun_gives_complete_zoo(tiny_preset, data_root, t
     assert list(meta["model_name"]) == names
     for d in list_model_dirs(out):
         load_model(d / "model.pt")
+
+
+def test_ternary_round_end_to_end(tmp_path, data_root, preset_text) -> None:
+    """dynasent-cpu (3 classes) through the same pipeline: example files per class, 3-wide heads."""
+    from trojanscope.rounds.zoo import make_zoo
+
+    path = tmp_path / "tiny-dynasent.toml"
+    path.write_text(preset_text("dynasent-cpu"))
+    out = tmp_path / "zoo"
+    make_zoo(path, "test", 2, out, data_root=data_root, cache_path=tmp_path / "c.sqlite", progress=False)
+    meta = pd.read_csv(out / "METADATA.csv")
+    assert len(meta) == 2 and meta["poisoned"].astype(bool).sum() == 1
+    for d in list_model_dirs(out):
+        assert load_model(d / "model.pt", n_classes=3) is not None
+        names = {p.name.split("_example_")[0] for p in (d / "clean_example_data").iterdir()}
+        assert names == {"class_0", "class_1", "class_2"}
+        cfg = json.loads((d / "config.json").read_text())
+        assert set(cfg) <= set(REDUCED_CONFIG_KEYS), "test split must carry the reduced config only"
+        assert cfg["number_classes"] == 3
