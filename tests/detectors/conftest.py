@@ -14,14 +14,14 @@ import pytest
 
 from trojanscope.rounds.preset import PRESETS
 
-# Small scan tables keep the one-off table build to seconds in tests.
-SCAN_PARAMS = {"n_words": 20, "n_phrases": 8}
+# Light family settings keep tests to seconds: a small scan table, few inversion steps and probe directions.
+LIGHT = {"scan": {"n_words": 20, "n_phrases": 8}, "inversion": {"steps": 5}, "probes": {"n_random": 4, "n_pcs": 4}}
 
 
 @pytest.fixture(scope="session")
-def scan_params() -> dict:
-    """Scan-family keywords for a small candidate table."""
-    return dict(SCAN_PARAMS)
+def light_params() -> dict:
+    """Feature-family keywords for fast tests (same code paths, smaller sizes)."""
+    return {k: dict(v) for k, v in LIGHT.items()}
 
 
 def strong_preset_text() -> str:

@@ -58,26 +58,27 @@ def _strip(model_dir: Path, dest: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def fitted(strong_zoo, tmp_path_factory, scan_params):
-    """The default detector (small scan table) fitted on the tiny zoo and saved."""
+def fitted(strong_zoo, tmp_path_factory, light_params):
+    """The default detector (light family settings) fitted on the tiny zoo, saved, and its scores."""
     from trojanscope.detectors.learned import DefaultDetector
     from trojanscope.detectors.runner import zoo_inputs
 
     models, labels = zoo_inputs(strong_zoo)
-    det = DefaultDetector(family_params={"scan": scan_params}).fit(models, labels)
+    det = DefaultDetector(family_params=light_params).fit(models, labels)
     path = tmp_path_factory.mktemp("params") / "default.json"
     det.save(path, zoo="tiny")
-    return det, path, models, labels
+    return det, path, models, labels, [det.score(m) for m in models]
 
 
 @pytest.mark.slow
 def test_fit_score_round_trip_through_saved_file(fitted):
-    det, path, models, labels = fitted
-    text = path.read_text()
-    assert json.loads(text)["trained_on"]["n_models"] == len(models)
+    det, path, models, labels, scores = fitted
+    saved = json.loads(path.read_text())
+    assert saved["trained_on"]["n_models"] == len(models)
+    assert saved["family_params"]["inversion"]["steps"] == 5  # scoring repeats the fitted computation
     loaded = load_detector("default", str(path))
-    for m in models:
-        a, b = det.score(m), loaded.score(m)
+    for m, a in list(zip(models, scores, strict=True))[:2]:
+        b = loaded.score(m)
         assert 0 < a.probability < 1
         assert a.probability == b.probability
         assert a.features == b.features
@@ -85,8 +86,8 @@ def test_fit_score_round_trip_through_saved_file(fitted):
 
 @pytest.mark.slow
 def test_separates_obvious_case(fitted):
-    det, _, models, labels = fitted
-    p = [det.score(m).probability for m in models]
+    _, _, _, labels, scores = fitted
+    p = [s.probability for s in scores]
     trojaned = [pi for pi, y in zip(p, labels, strict=True) if y == 1]
     clean = [pi for pi, y in zip(p, labels, strict=True) if y == 0]
     assert min(trojaned) > max(clean), (trojaned, clean)
@@ -97,7 +98,7 @@ def test_cli_contract_on_stripped_folder(fitted, strong_zoo, tmp_path):
     """Only the allowed inputs exist (no ids, METADATA, ground truth, stats, full config) and one number comes out."""
     from trojanscope.models.layout import list_model_dirs
 
-    _, path, _, _ = fitted
+    path = fitted[1]
     model = _strip(list_model_dirs(strong_zoo)[0], tmp_path / "m")
     result = tmp_path / "out" / "result.txt"
     out = CliRunner().invoke(build_app(), [

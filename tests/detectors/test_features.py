@@ -11,11 +11,12 @@ from trojanscope.detectors.features import FEATURES
 pytestmark = pytest.mark.slow
 
 
-SCAN_PARAMS = {"n_words": 20, "n_phrases": 8}  # as conftest's scan_params: a small table builds in seconds
+# As conftest's light_params: the same code paths at smaller sizes.
+LIGHT = {"scan": {"n_words": 20, "n_phrases": 8}, "inversion": {"steps": 5}, "probes": {"n_random": 4, "n_pcs": 4}}
 
 
 def _family(name: str):
-    return FEATURES.get(name)(**(SCAN_PARAMS if name == "scan" else {}))
+    return FEATURES.get(name)(**LIGHT.get(name, {}))
 
 
 @pytest.fixture(scope="module")
@@ -46,16 +47,16 @@ def test_family_features_finite_and_deterministic(name, contexts):
 @pytest.mark.parametrize("name", FEATURES.names())
 def test_family_same_keys_for_every_model(name, contexts):
     keys = []
-    for ctx, _ in contexts:
+    for ctx, _ in contexts[:2]:  # a clean and a trojaned model (the generator pairs them)
         fam = _family(name)
         fam.prepare(ctx)
         keys.append(sorted(fam.compute(ctx)))
-    assert all(k == keys[0] for k in keys)
+    assert keys[0] == keys[1]
 
 
 def test_inversion_finds_shortcut_in_trojaned_heads(contexts):
     """The obvious case: a head trained with half its texts triggered needs a much smaller universal shift."""
-    fam = _family("inversion")
+    fam = FEATURES.get("inversion")()
     budget = {0: [], 1: []}
     for ctx, label in contexts:
         budget[label].append(fam.compute(ctx)["min_budget_min"])
