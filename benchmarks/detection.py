@@ -30,19 +30,34 @@ FAMILIES = ("weights", "inversion", "probes", "scan")
 DETECTORS = ("weights", "inversion", "probes", "scan", "default")
 
 
+def _code_digest() -> str:
+    """A hash of the feature code, so cached features are recomputed after any change to it."""
+    import hashlib
+
+    import trojanscope.detectors as pkg
+
+    root = Path(pkg.__file__).parent
+    h = hashlib.sha256()
+    for f in sorted([root / "context.py", *(root / "features").glob("*.py")]):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def features_for(zoo: Path, cache_file: Path, workers: int) -> tuple[list[str], list[dict], list[int | None], list]:
     """(names, feature rows, labels, seconds) for every model of ``zoo``, computing only uncached models."""
     from trojanscope.detectors.learned import feature_table, inputs_for_model_dir
     from trojanscope.models.layout import list_model_dirs, read_ground_truth
 
     cached = json.loads(cache_file.read_text()) if cache_file.is_file() else {}
+    if cached.pop("__code__", None) != _code_digest():
+        cached = {}  # the feature code changed since these were computed
     dirs = list_model_dirs(zoo)
     todo = [d for d in dirs if d.name not in cached]
     if todo:
         rows, secs = feature_table([inputs_for_model_dir(d) for d in todo], FAMILIES, workers=workers)
         for d, r, s in zip(todo, rows, secs, strict=True):
             cached[d.name] = {"features": r, "seconds": s}
-        cache_file.write_text(json.dumps(cached))
+        cache_file.write_text(json.dumps({**cached, "__code__": _code_digest()}))
     names = [d.name for d in dirs]
     return (names, [cached[n]["features"] for n in names], [read_ground_truth(d) for d in dirs],
             [cached[n]["seconds"] for n in names])

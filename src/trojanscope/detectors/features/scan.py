@@ -4,9 +4,10 @@ Once per (encoder fingerprint, candidate list), the table Δ_c = mean over clean
 enc(context with c inserted as its own sentence) − enc(context) is computed and cached as an ``.npz``
 (no pickles) under ``trojanscope.settings.cache_dir()/scan``. For a model, each candidate's shift is
 added to the class-s clean example vectors (at strength 1 and 2: the model's texts may be shorter or
-longer than the contexts, which changes how far one inserted unit moves a mean-pooled vector), and the
-fraction answered as t is the candidate's flip rate for s→t. A trojaned head answers a trigger-like
-shift with many flips; a clean head needs real sentiment words.
+longer than the contexts, which changes how far one inserted unit moves a mean-pooled vector; and at
+strength 2 with the component along the class-mean gap removed), and the fraction answered as t is the
+candidate's flip rate for s→t. A trojaned head answers a trigger-like shift with many flips; a clean
+head needs real sentiment words, which move a text along the class-mean gap.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from trojanscope.detectors.features.candidates import CONTEXTS, candidates
 from trojanscope.fsutil import atomic_write_bytes
 
 TABLE_FORMAT = 1
-STRENGTHS = (1.0, 2.0)
 KINDS = ("character", "word", "phrase")
 
 
@@ -118,13 +118,19 @@ class PhraseScan(FeatureFamily):
             xs = ctx.x[ctx.y == s][: self.per_class]  # a fixed subsample: cost is K × per_class head calls
             base = ctx.logits(xs)
             base_margin = base[:, t] - np.delete(base, t, axis=1).max(1)
-            for strength in STRENGTHS:
-                moved = (xs[None, :, :] + strength * delta[:, None, :]).reshape(-1, xs.shape[1])
+            # "o2": the shift with its component along this direction's (whitened) class-mean gap removed.
+            # Sentiment words move a text along that gap and flip clean heads too; a trigger's short-cut
+            # does not need it, so the orthogonal part separates trojaned heads from clean ones.
+            gap = (ctx.class_means[t] - ctx.class_means[s]) / ctx.sigma
+            gap = gap / max(float(np.linalg.norm(gap)), 1e-12)
+            dw = delta / ctx.sigma
+            orth = ((dw - np.outer(dw @ gap, gap)) * ctx.sigma).astype(np.float32)
+            for tag, shifts in (("s1", delta), ("s2", 2.0 * delta), ("o2", 2.0 * orth)):
+                moved = (xs[None, :, :] + shifts[:, None, :]).reshape(-1, xs.shape[1])
                 lg = ctx.logits(moved).reshape(len(delta), len(xs), -1)
                 margin = lg[:, :, t] - np.delete(lg, t, axis=2).max(2)
                 rate = (margin > 0).mean(1)  # [K]
                 gain = np.clip(margin - base_margin[None, :], -50, 50).mean(1)  # [K]
-                tag = f"s{int(strength)}"
                 for kind_i, kind in [(None, "all"), *enumerate(KINDS)]:
                     sel = rate if kind_i is None else rate[kinds == kind_i]
                     if len(sel) == 0:
