@@ -1,7 +1,8 @@
 """Trigger inversion in summary-vector space (Neural-Cleanse style, one universal perturbation).
 
-For every ordered class pair s→t, a single shift δ (the same for all source examples) is optimised with
-Adam to make the head answer t on the class-s clean examples, under a norm budget that grows step by step.
+For every ordered class pair s→t, a single shift δ (the same for all source examples) is optimised by
+L2 projected gradient descent to make the head answer t on the class-s clean examples, under a norm
+budget that grows step by step.
 δ lives in whitened units (δ = σ ⊙ u, σ the per-dimension std of the clean examples) and budgets are
 fractions of the whitened distance between the class means: a clean head needs roughly that whole
 distance, a trojaned head has a short-cut (the trigger's shift is a small fraction of it).
@@ -25,7 +26,7 @@ class SummaryInversion(FeatureFamily):
     description = "Smallest universal perturbation of the summary vector flipping a source class to a target."
     needs = frozenset({"weights", "gradients", "clean_examples", "encoder"})
 
-    def __init__(self, steps: int = 15, lr: float = 0.1, target_rate: float = 0.9, seed: int = 0) -> None:
+    def __init__(self, steps: int = 15, lr: float = 0.5, target_rate: float = 0.9, seed: int = 0) -> None:
         self.steps = steps
         self.lr = lr
         self.target_rate = target_rate
@@ -44,14 +45,18 @@ class SummaryInversion(FeatureFamily):
         losses: dict[float, float] = {}
         for frac in BUDGETS:
             radius = frac * gap
-            opt = torch.optim.Adam([u], lr=self.lr * radius / np.sqrt(xs.shape[1]) * 3)
-            for _ in range(self.steps):
-                opt.zero_grad()
+            # L2 projected gradient descent: normalised steps shrinking from half the radius (Adam's
+            # per-coordinate steps point along sign(g), an L∞ direction that wastes an L2 budget).
+            for k in range(self.steps):
+                if u.grad is not None:
+                    u.grad = None
                 logits = ctx.head((xs + sigma * u)[:, None, :])
                 loss = torch.nn.functional.cross_entropy(logits, target)
                 loss.backward()
-                opt.step()
-                with torch.no_grad():  # project back onto the budget ball
+                with torch.no_grad():
+                    g = u.grad
+                    step = self.lr * radius * (1.0 - k / self.steps)
+                    u.sub_(step * g / (g.norm() + 1e-12))
                     n = u.norm()
                     if n > radius:
                         u.mul_(radius / n)
