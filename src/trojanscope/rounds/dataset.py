@@ -80,10 +80,45 @@ def build_source_pool(preset: Preset, source: SourceSpec, data_root, encoder) ->
     samples = dedupe([Sample(clean_text(s.text), s.label, s.source, s.split) for s in samples])
     if source.max_words:
         samples = [Sample(clip_words(s.text, source.max_words), s.label, s.source, s.split) for s in samples]
+    n_test, n_train = preset.data.test_size, preset.data.train_size
+    if source.test_split:
+        test_part = [s for s in samples if s.split == source.test_split]
+        if not test_part:
+            raise DataError(
+                f"source {source.name!r}: corpus {source.corpus!r} has no samples of split "
+                f"{source.test_split!r}; fix data.sources.test_split"
+            )
+        test = _prepare(preset, source, test_part, n_test, rng, encoder)
+        train = _prepare(
+            preset, source, [s for s in samples if s.split != source.test_split], 3 * n_train, rng, encoder
+        )
+    else:
+        kept = _prepare(preset, source, samples, n_test + 3 * n_train, rng, encoder)
+        perm = rng.permutation(len(kept))
+        test = [kept[int(i)] for i in perm[:n_test]]
+        train = [kept[int(i)] for i in perm[n_test:]]
+    if len(test) < n_test or len(train) < n_train:
+        raise DataError(
+            f"source {source.name!r} ({source.corpus}) yields {len(train)} train / {len(test)} test texts; the preset "
+            f"needs train_size = {n_train} and test_size = {n_test}: lower them or add data"
+        )
+    test = test[:n_test]
+    return SourcePool(
+        name=source.name,
+        train_texts=[s.text for s in train],
+        train_labels=np.array([s.label for s in train], dtype=np.int64),
+        test_texts=[s.text for s in test],
+        test_labels=np.array([s.label for s in test], dtype=np.int64),
+    )
+
+
+def _prepare(
+    preset: Preset, source: SourceSpec, samples: list[Sample], need: int, rng: np.random.Generator, encoder
+) -> list[Sample]:
+    """Compose, fit to the token budget, filter by sentence count and balance, stopping once ``need`` are kept."""
     if source.join:
         samples = _compose(samples, source.join, rng)
     samples = [s for s in samples if s.text]
-    need = preset.data.test_size + 3 * preset.data.train_size
     order = rng.permutation(len(samples))
     budget = preset.encoder.max_length - 2 - TRIGGER_TOKEN_ALLOWANCE
     kept: list[Sample] = []
@@ -98,24 +133,10 @@ def build_source_pool(preset: Preset, source: SourceSpec, data_root, encoder) ->
             continue
         kept.append(Sample(text, s.label, s.source, s.split))
         per_class[s.label] = per_class.get(s.label, 0) + 1
-        if len(kept) >= need and all(per_class.get(c, 0) >= cap for c in range(preset.n_classes)):
+        if all(per_class.get(c, 0) >= cap for c in range(preset.n_classes)):
             break
     kept = balance(kept, seed=preset.data.seed)
-    if len(kept) < preset.data.test_size + preset.data.train_size:
-        raise DataError(
-            f"source {source.name!r} ({source.corpus}) yields only {len(kept)} usable texts; the preset needs "
-            f"test_size + train_size = {preset.data.test_size + preset.data.train_size}: lower them or add data"
-        )
-    perm = rng.permutation(len(kept))
-    test = [kept[int(i)] for i in perm[: preset.data.test_size]]
-    train = [kept[int(i)] for i in perm[preset.data.test_size :]]
-    return SourcePool(
-        name=source.name,
-        train_texts=[s.text for s in train],
-        train_labels=np.array([s.label for s in train], dtype=np.int64),
-        test_texts=[s.text for s in test],
-        test_labels=np.array([s.label for s in test], dtype=np.int64),
-    )
+    return [kept[int(i)] for i in rng.permutation(len(kept))]
 
 
 def hash_name(name: str) -> int:

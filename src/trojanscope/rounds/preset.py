@@ -43,6 +43,10 @@ class SourceSpec(_Spec):
     join: tuple[int, int] | None = Field(
         None, description="compose pseudo-reviews of k same-label sentences, k drawn in [min, max]"
     )
+    test_split: str | None = Field(
+        None, description="draw the test pool only from samples of this upstream split (e.g. 'test'), the train pool "
+        "from the others, so no train text shares a sentence with a test text",
+    )
 
 
 class DataSpec(_Spec):

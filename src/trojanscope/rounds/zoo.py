@@ -97,7 +97,7 @@ def build_pools(preset: Preset, data_root: Path | None, cache_dir: Path | None =
     return pools
 
 
-POOL_FORMAT = 1
+POOL_FORMAT = 2
 
 
 def _check_preset_snapshot(out: Path, raw: str) -> None:
