@@ -4,7 +4,8 @@ Learned state is a handful of numbers kept as plain JSON (``to_dict``/``from_dic
 parameter files are untrusted input. ``C`` is chosen by stratified cross-validation on the training
 features (the cross-entropy of the Platt-calibrated out-of-fold probabilities), the Platt map is fitted
 on the out-of-fold decision values of the chosen ``C``, and probabilities are clipped to [ε, 1−ε] with ε
-in [0.01, 0.1] chosen on the same out-of-fold probabilities, so one confident mistake costs at most −ln ε.
+in [0.01, 0.1] chosen on the same out-of-fold probabilities (and never below 1/(n+2) for n training
+models), so one confident mistake costs at most −ln ε.
 """
 
 from __future__ import annotations
@@ -107,6 +108,9 @@ class MetaClassifier:
         a, pb = _fit_platt(oof, y)
         p_oof = _sigmoid(a * oof + pb)
         eps = min(EPS_GRID, key=lambda e: (_ce(y, np.clip(p_oof, e, 1 - e)), e))
+        # n training models cannot support confidence beyond about 1/(n+2) (Laplace's rule): on 8 models the
+        # out-of-fold fit was perfect, ε went to 0.01 and one test mistake then cost -ln 0.01 = 4.6 nats.
+        eps = float(np.clip(max(eps, 1.0 / (len(y) + 2)), EPS_GRID[0], EPS_GRID[-1]))
         mean, scale = stats(np.arange(len(y)))
         coef, b = _fit_lr(_standardise(f, mean, scale), y, c)
         return cls(
