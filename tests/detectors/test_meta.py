@@ -70,3 +70,14 @@ def test_malformed_parameters_refused(mutate):
 def test_too_few_models_per_class():
     with pytest.raises(ConfigError, match="at least 2 clean and 2 trojaned"):
         MetaClassifier.fit(np.zeros((3, 2)), np.array([0, 0, 1]), ["a", "b"])
+
+
+def test_small_training_set_cannot_claim_confidence():
+    """Perfectly separable out-of-fold predictions on 8 models still clip at 1/(n+2) = 0.1, not 0.01."""
+    y = np.arange(8) % 2
+    f = np.c_[y * 10.0, np.zeros(8)] + np.random.default_rng(0).normal(0, 0.01, (8, 2))
+    clf = MetaClassifier.fit(f, y, ["a", "b"])
+    assert clf.eps == pytest.approx(0.1)
+    big_y = np.arange(200) % 2
+    big = MetaClassifier.fit(np.c_[big_y * 10.0, np.zeros(200)], big_y, ["a", "b"])
+    assert big.eps == pytest.approx(0.01)
