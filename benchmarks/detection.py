@@ -89,25 +89,30 @@ def main() -> None:
 
     t0 = time.perf_counter()
     _, tr_rows, tr_y, tr_s = features_for(args.train, args.out / "features-train.json", args.workers)
-    te_names, te_rows, te_y, te_s = features_for(args.test, args.out / "features-test.json", args.workers)
+    have_test = args.test.is_dir() and any((args.test / "models").glob("id-*/model.pt"))
+    if have_test:
+        te_names, te_rows, te_y, te_s = features_for(args.test, args.out / "features-test.json", args.workers)
+    else:
+        print(f"no test zoo at {args.test}: cross-validated train numbers only")
+        te_rows, te_y, te_s = [], [], [0.0]
     print(f"train zoo {args.train}: {len(tr_rows)} models ({sum(tr_y)} trojaned); "
           f"test zoo {args.test}: {len(te_rows)} models ({sum(y for y in te_y if y)} trojaned); "
           f"features in {time.perf_counter() - t0:.0f} s (feature time per model: train mean {np.mean(tr_s):.1f} s, "
-          f"test mean {np.mean(te_s):.1f} s, max {np.max(te_s):.1f} s)")
+          f"max {np.max(tr_s):.1f} s; test mean {np.mean(te_s):.1f} s, max {np.max(te_s):.1f} s)")
     y_te = np.asarray(te_y, dtype=int)
-    print(f"\n{'detector':<10} {'CE':>7} {'±CI95':>7} {'ROC-AUC':>8} {'Brier':>7} {'cv CE':>7}  C / eps")
+    print(f"\n{'detector':<10} {'CE':>7} {'±CI95':>7} {'ROC-AUC':>8} {'Brier':>7} {'cv CE':>7} {'cv AUC':>7}  C / eps")
     for name in DETECTORS:
         det = REGISTRY.get(name)().fit_features(tr_rows, tr_y)
-        p = det.score_features(te_rows)
-        s = score_all(y_te, p)
         clf = det.classifier_
-        print(f"{name:<10} {s['cross_entropy']:7.4f} {s['cross_entropy_ci95']:7.4f} {s['roc_auc']:8.4f} "
-              f"{s['brier']:7.4f} {clf.cv_cross_entropy:7.4f}  {clf.C:g} / {clf.eps:g}")
+        s = score_all(y_te, det.score_features(te_rows)) if have_test else {}
+        test = (f"{s['cross_entropy']:7.4f} {s['cross_entropy_ci95']:7.4f} {s['roc_auc']:8.4f} {s['brier']:7.4f}"
+                if have_test else f"{'-':>7} {'-':>7} {'-':>8} {'-':>7}")
+        print(f"{name:<10} {test} {clf.cv_cross_entropy:7.4f} {clf.cv_roc_auc:7.4f}  {clf.C:g} / {clf.eps:g}")
         if name == "default":
             det.save(args.out / "default.json", zoo=str(args.train),
                      command=f"trojanscope detect fit --zoo {args.train} --detector default --out default.json")
 
-    if args.no_harness:
+    if args.no_harness or not have_test:
         return
     from trojanscope.scoring.breakdown import factor_table, read_factor_metadata
     from trojanscope.scoring.harness import evaluate

@@ -82,7 +82,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         det, n = fit_on_zoo(zoo_dir, detector, out, workers=workers, limit=limit)
         clf = det.classifier_
         typer.echo(f"fitted {detector} on {n} models: C={clf.C:g}, eps={clf.eps:g}, "
-                   f"cross-validated CE {clf.cv_cross_entropy:.4f}; wrote {out}")
+                   f"cross-validated CE {clf.cv_cross_entropy:.4f}, ROC-AUC {clf.cv_roc_auc:.4f}; wrote {out}")
 
     @app.command("detectors", help="List the registered detectors with one-line descriptions.")
     def detectors() -> None:

@@ -27,6 +27,12 @@ def _ce(y: np.ndarray, p: np.ndarray) -> float:
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
 
 
+def _auc(y: np.ndarray, d: np.ndarray) -> float:
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(y, d))
+
+
 def _standardise(f: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
     z = (f - mean) / scale
     return np.clip(np.nan_to_num(z, nan=0.0, posinf=Z_CLIP, neginf=-Z_CLIP), -Z_CLIP, Z_CLIP)
@@ -67,6 +73,7 @@ class MetaClassifier:
     eps: float
     C: float  # noqa: N815 - scikit-learn's name
     cv_cross_entropy: float
+    cv_roc_auc: float
     n_train: int
 
     @classmethod
@@ -116,7 +123,7 @@ class MetaClassifier:
         return cls(
             feature_names=list(names), mean=mean.tolist(), scale=scale.tolist(), coef=coef.tolist(), intercept=b,
             platt_a=a, platt_b=pb, eps=float(eps), C=float(c),
-            cv_cross_entropy=_ce(y, np.clip(p_oof, eps, 1 - eps)), n_train=len(y),
+            cv_cross_entropy=_ce(y, np.clip(p_oof, eps, 1 - eps)), cv_roc_auc=_auc(y, oof), n_train=len(y),
         )
 
     def vector(self, features: dict[str, float]) -> np.ndarray:
