@@ -81,3 +81,13 @@ def test_small_training_set_cannot_claim_confidence():
     big_y = np.arange(200) % 2
     big = MetaClassifier.fit(np.c_[big_y * 10.0, np.zeros(200)], big_y, ["a", "b"])
     assert big.eps == pytest.approx(0.01)
+
+
+def test_backwards_cross_validation_never_inverts_the_classifier():
+    """A feature whose out-of-fold ranking is reversed must not be "calibrated" into an inverted detector."""
+    y = np.array([0, 1, 0, 1, 0, 1])
+    f = np.array([[0.0], [1.0], [1.0], [0.0], [0.5], [0.5]])
+    clf = MetaClassifier.fit(f, y, ["a"])
+    assert clf.platt_a >= 0
+    p = clf.predict_proba(np.array([[0.0], [1.0]]))
+    assert p[1] >= p[0]

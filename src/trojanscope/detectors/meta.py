@@ -52,7 +52,13 @@ def _fit_platt(d: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
     lr = LogisticRegression(C=100.0, max_iter=5000)
     lr.fit(d[:, None], y)
-    return float(lr.coef_[0, 0]), float(lr.intercept_[0])
+    a, b = float(lr.coef_[0, 0]), float(lr.intercept_[0])
+    if a <= 0:
+        # Out-of-fold scores ranked backwards: calibration must not invert the final classifier (on 4
+        # models a negative slope "fitted" CV CE 0.1 with CV AUC 0); answer the base rate instead.
+        prior = float(np.clip(y.mean(), 1e-3, 1 - 1e-3))
+        a, b = 0.0, float(np.log(prior / (1 - prior)))
+    return a, b
 
 
 def _sigmoid(v: np.ndarray) -> np.ndarray:
