@@ -1,7 +1,8 @@
 """A tiny, strongly poisoned zoo built once per session through the public entry point.
 
-Tiny models are barely trained, so the poisoning is made obvious: half the training texts carry a word
-trigger with no condition, and training runs a fixed number of epochs. Models come in clean/trojaned
+Tiny models are barely trained, so the poisoning is made obvious: half the training texts carry one word
+trigger with no condition, no adversarial training, and training runs a fixed 15 epochs (with 10 epochs
+on 160 texts one trojaned head stayed at 62 % clean accuracy and showed no short-cut). Models come in clean/trojaned
 pairs (the generator balances each block of two), so four models give two of each class.
 """
 
@@ -28,11 +29,11 @@ def strong_preset_text() -> str:
     text = PRESETS.get("round5-cpu").read_text()
     subs = {
         r'name = "round5-cpu"': 'name = "tiny-strong"',
-        r"train_size = \d+": "train_size = 160",
+        r"train_size = \d+": "train_size = 240",
         r"test_size = \d+": "test_size = 40",
         r"triggered_test_size = \d+": "triggered_test_size = 20",
-        r"max_epochs = \d+": "max_epochs = 10",
-        r"min_epochs = \d+": "min_epochs = 10",
+        r"max_epochs = \d+": "max_epochs = 15",
+        r"min_epochs = \d+": "min_epochs = 15",
         r"max_attempts = \d+": "max_attempts = 1",
         r"examples_per_class = \d+": "examples_per_class = 5",
         r"clean_test_acc = [\d.]+": "clean_test_acc = 0.0",
@@ -42,6 +43,8 @@ def strong_preset_text() -> str:
         r"fraction = \[[^\]]*\]": "fraction = [0.5]",
         r"(?m)^type = \[[^\]]*\]": 'type = ["word"]',
         r"condition = \[[^\]]*\]": 'condition = ["none"]',
+        r"organization = \[[^\]]*\]": 'organization = ["one2one"]',
+        r"algorithm = \[[^\]]*\]": 'algorithm = ["none"]',
     }
     for pattern, repl in subs.items():
         text, n = re.subn(pattern, repl, text, count=1)

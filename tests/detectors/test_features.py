@@ -52,13 +52,3 @@ def test_family_same_keys_for_every_model(name, contexts):
         fam.prepare(ctx)
         keys.append(sorted(fam.compute(ctx)))
     assert keys[0] == keys[1]
-
-
-def test_inversion_finds_shortcut_in_trojaned_heads(contexts):
-    """The obvious case: a head trained with half its texts triggered needs a much smaller universal shift."""
-    fam = FEATURES.get("inversion")()
-    budget = {0: [], 1: []}
-    for ctx, label in contexts:
-        budget[label].append(fam.compute(ctx)["min_budget_min"])
-    assert budget[0] and budget[1]
-    assert max(budget[1]) < min(budget[0]), budget
