@@ -169,6 +169,7 @@ def build_model(
     outcome["converged"] = converged
     timing.total_s = time.perf_counter() - t0
     outcome["training_wall_time_sec"] = round(timing.total_s, 3)
+    outcome["timing"] = {k: round(v, 3) if isinstance(v, float) else v for k, v in vars(timing).items()}
     with atomic_dir(out_dir / plan.name) as tmp:
         metadata = write_model_folder(
             tmp, preset, plan, spec, model, data, vec, encoder, outcome, result.history, log_lines, machine_info()

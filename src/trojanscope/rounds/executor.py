@@ -31,6 +31,25 @@ class SerialExecutor:
             yield fn(item)
 
 
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker when its parent dies, so killing ``zoo make`` never leaves
+    orphans that could later rename a model folder into a zoo a resumed run is rebuilding."""
+    import contextlib
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+def _init_worker(init: Callable[..., None] | None, init_args: tuple) -> None:
+    die_with_parent()
+    if init is not None:
+        init(*init_args)
+
+
 class ProcessExecutor:
     """A pool of spawned worker processes; results stream back as they finish."""
 
@@ -40,7 +59,9 @@ class ProcessExecutor:
 
     def run(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
         ctx = mp.get_context("spawn")
-        with ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=self.init, initargs=self.init_args) as pool:
+        with ProcessPoolExecutor(
+            self.workers, mp_context=ctx, initializer=_init_worker, initargs=(self.init, self.init_args)
+        ) as pool:
             pending = {pool.submit(fn, item) for item in items}
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)

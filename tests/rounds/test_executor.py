@@ -1,0 +1,60 @@
+"""Executors: results stream back, and killing the parent never leaves worker processes behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from trojanscope.errors import RegistryError
+from trojanscope.rounds.executor import SerialExecutor, make_executor
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def test_serial_executor_runs_in_order() -> None:
+    assert list(SerialExecutor().run(_square, [1, 2, 3])) == [1, 4, 9]
+
+
+def test_unknown_executor_lists_choices() -> None:
+    with pytest.raises(RegistryError, match="available: local, ray, serial"):
+        make_executor("slurm", 2)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_workers_die_with_a_killed_parent(tmp_path) -> None:
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, time
+        from trojanscope.rounds.executor import ProcessExecutor
+        def nap(_):
+            open({str(tmp_path)!r} + "/worker.pid", "w").write(str(os.getpid()))
+            time.sleep(120)
+        if __name__ == "__main__":
+            for _ in ProcessExecutor(1).run(nap, [0]):
+                pass
+    """))
+    parent = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path)
+    pid_file = tmp_path / "worker.pid"
+    deadline = time.time() + 120
+    while time.time() < deadline and not pid_file.exists():
+        time.sleep(0.1)
+    assert pid_file.exists(), "worker never started"
+    worker = int(pid_file.read_text())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    for _ in range(50):
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(worker, signal.SIGKILL)
+    pytest.fail("the worker outlived its killed parent")
