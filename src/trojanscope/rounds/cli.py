@@ -32,7 +32,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
 
             trojanscope zoo make --preset round5-cpu --split train --count 8 --out zoo/r5-train --workers 2
         """
-        from trojanscope.rounds.inspect import print_summary
+        from trojanscope.rounds.summary import print_summary
         from trojanscope.rounds.zoo import make_zoo
 
         result = make_zoo(
@@ -53,7 +53,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
     @zoo.command("inspect")
     def inspect(zoo_dir: Path = typer.Argument(..., help="A zoo folder (with METADATA.csv).")) -> None:
         """Per-factor counts, converged rate and clean/triggered accuracy distributions of a zoo."""
-        from trojanscope.rounds.inspect import print_summary
+        from trojanscope.rounds.summary import print_summary
 
         print_summary(zoo_dir)
 

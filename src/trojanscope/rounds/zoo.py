@@ -2,7 +2,8 @@
 
 Flow: validate inputs → build the clean text pools once → encode every pool text into the
 persistent cache in a fixed order → build the missing models in parallel (each into a temp folder,
-renamed into place when complete) → write METADATA.csv from the finished model folders. Killing
+renamed into place when complete) → rewrite METADATA.csv from the finished model folders after
+each model. Killing
 the run at any point and re-running it yields a complete zoo: finished models are kept, temp
 leftovers are deleted and redone.
 """
@@ -163,12 +164,13 @@ def make_zoo(
         bar = _progress(len(todo), f"{preset.name} {split}", progress)
         for outcome in ex.run(_build_one, todo):
             result.built.append(outcome)
+            write_metadata(out)  # kept current, so an interrupted zoo is still inspectable
             if on_model:
                 on_model(outcome)
             bar.update(1)
             bar.set_postfix(converged=sum(o.metadata.get("converged") is True for o in result.built))
         bar.close()
-    result.metadata = write_metadata(out, count)
+    result.metadata = write_metadata(out)
     return result
 
 
@@ -178,7 +180,7 @@ def _progress(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="model", disable=not enabled, dynamic_ncols=True)
 
 
-def write_metadata(out: Path, count: int | None = None) -> pd.DataFrame:
+def write_metadata(out: Path) -> pd.DataFrame:
     """(Re)write METADATA.csv and METADATA_DICTIONARY.csv from the finished model folders."""
     rows = []
     for d in list_model_dirs(out):
