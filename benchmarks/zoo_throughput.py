@@ -8,6 +8,10 @@ Builds (or resumes) a zoo and prints:
   type and condition that reach the triggered bar, and the converged rate.
 
     python benchmarks/zoo_throughput.py --preset round5-cpu --count 16 --workers 2 --out /tmp/bench-zoo
+    python benchmarks/zoo_throughput.py --report-only --workers 2 --out /tmp/bench-zoo   # figures from the files
+
+Every model records its timing breakdown in model_stats.json, so --report-only recomputes the figures
+from any zoo (also an interrupted one); models/hour then comes from the folders' completion times.
 
 Targets (issue 2, round5-cpu on 2 cores): >= 60 models/hour; encoder + training >= 75% of wall
 time; clean-text cache hit rate ~100% after the first model; each trigger type/condition >= 90%
@@ -36,41 +40,93 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--cache", type=Path, default=None, help="embedding cache file (default: the user cache)")
     ap.add_argument("--data-root", type=Path, default=None)
+    ap.add_argument("--report-only", action="store_true", help="build nothing; report on the zoo in --out")
     args = ap.parse_args()
+    if args.report_only:
+        report_from_files(args.out, args.workers)
+        return
 
-    preset, _ = load_preset(args.preset)
     t0 = time.perf_counter()
-    res = make_zoo(args.preset, args.split, args.count, args.out, workers=args.workers, data_root=args.data_root,
-                   cache_path=args.cache, progress=True)
+    res = make_zoo(
+        args.preset,
+        args.split,
+        args.count,
+        args.out,
+        workers=args.workers,
+        data_root=args.data_root,
+        cache_path=args.cache,
+        progress=True,
+    )
     wall = time.perf_counter() - t0
-    built = res.built
-    if not built:
+    if not res.built:
         print("nothing was built (zoo already complete?) — use a fresh --out to time generation")
         return
-    n = len(built)
-    tm = pd.DataFrame([vars(o.timing) for o in built])
-    model_wall = tm["total_s"].sum()
+    n = len(res.built)
     print(f"\n== throughput: {args.preset} {args.split}, {n} models, {args.workers} workers ==")
-    print(f"wall time {wall:.0f} s (of which pool build + pool pre-encoding {res.pool_encode.encode_s:.0f} s "
-          f"for {res.pool_encode.texts} clean texts, {res.pool_encode.encoded} newly encoded)")
+    print(
+        f"wall time {wall:.0f} s (of which pool pre-encoding {res.pool_encode.encode_s:.0f} s "
+        f"for {res.pool_encode.texts} clean texts, {res.pool_encode.encoded} newly encoded)"
+    )
     print(f"models/hour (whole run, pool setup included): {n / wall * 3600:.1f}")
-    print(f"models/hour (steady state, per-model time / workers): {n / (model_wall / args.workers) * 3600:.1f}")
+    report(
+        pd.DataFrame([vars(o.timing) for o in res.built]),
+        res.metadata,
+        load_preset(args.out / "preset.toml")[0],
+        args.workers,
+    )
+
+
+def report_from_files(out: Path, workers: int) -> None:
+    """The same figures from a zoo's own files (model_stats.json timing + METADATA)."""
+    import json
+
+    from trojanscope.models.layout import list_model_dirs
+    from trojanscope.rounds.zoo import write_metadata
+
+    dirs = list_model_dirs(out)
+    stats = [json.loads((d / "model_stats.json").read_text()) for d in dirs]
+    timed = [s["timing"] for s in stats if "timing" in s]
+    if not timed:
+        print(f"{out}: no model records a timing breakdown")
+        return
+    done = sorted((d / "model_stats.json").stat().st_mtime for d in dirs)
+    span = done[-1] - done[0]
+    print(f"\n== {out}: {len(dirs)} models ({len(timed)} with timing), report from files ==")
+    if len(done) > 1 and span > 0:
+        print(
+            f"models/hour from completion times (first to last model, {workers} workers): "
+            f"{(len(done) - 1) / span * 3600:.1f}"
+        )
+    report(pd.DataFrame(timed), write_metadata(out), load_preset(out / "preset.toml")[0], workers)
+
+
+def report(tm: pd.DataFrame, meta: pd.DataFrame, preset, workers: int) -> None:
+    n = len(tm)
+    model_wall = tm["total_s"].sum()
+    print(f"models/hour (steady state, per-model time / workers): {n / (model_wall / workers) * 3600:.1f}")
     enc, train = tm["encode_s"].sum(), tm["train_s"].sum()
     other = model_wall - enc - train
-    print(f"per model: total {tm['total_s'].mean():.1f} s = encoding {tm['encode_s'].mean():.1f} s "
-          f"({enc / model_wall:.0%}) + training {tm['train_s'].mean():.1f} s ({train / model_wall:.0%}) "
-          f"+ other {other / n:.1f} s ({other / model_wall:.0%})")
+    print(
+        f"per model: total {tm['total_s'].mean():.1f} s = encoding {tm['encode_s'].mean():.1f} s "
+        f"({enc / model_wall:.0%}) + training {tm['train_s'].mean():.1f} s ({train / model_wall:.0%}) "
+        f"+ other {other / n:.1f} s ({other / model_wall:.0%})"
+    )
     print(f"encoder + training share of per-model time: {(enc + train) / model_wall:.1%} (target >= 75%)")
     texts, encoded, hits = tm["texts"].sum(), tm["encoded"].sum(), tm["cache_hits"].sum()
-    print(f"texts per model {texts / n:.0f}; reached the encoder {encoded / n:.0f} per model; "
-          f"cache hit rate {hits / max(hits + encoded, 1):.1%}")
+    print(
+        f"texts per model {texts / n:.0f}; reached the encoder {encoded / n:.0f} per model; "
+        f"cache hit rate {hits / max(hits + encoded, 1):.1%}"
+    )
     ct, ce = tm["clean_texts"].sum(), tm["clean_encoded"].sum()
-    print(f"clean texts requested by models: {ct}, of which encoded again: {ce} "
-          f"(clean-text hit rate {1 - ce / max(ct, 1):.2%}, target ~100%)")
-    print(f"epochs per model: mean {tm['epochs'].mean():.1f}; adversarial steps per model: "
-          f"mean {tm['adversarial_steps'].mean():.0f}")
+    print(
+        f"clean texts requested by models: {ct}, of which encoded again: {ce} "
+        f"(clean-text hit rate {1 - ce / max(ct, 1):.2%}, target ~100%)"
+    )
+    print(
+        f"epochs per model: mean {tm['epochs'].mean():.1f}; adversarial steps per model: "
+        f"mean {tm['adversarial_steps'].mean():.0f}"
+    )
 
-    meta = res.metadata
     bars = preset.acceptance
     print("\n== round quality ==")
     for col, label in (("final_clean_data_test_acc", "clean test acc (all models)"),):
