@@ -44,3 +44,17 @@ def test_not_toml(tmp_path) -> None:
     path.write_text("name = [")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_preset(path)
+
+
+def test_excluded_trigger_must_be_in_a_pool(tmp_path, preset_text) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(preset_text(**{r'exclude = \["omg"': 'exclude = ["nonexistent-word"'}))
+    with pytest.raises(ConfigError, match="excluded item 'nonexistent-word' is in none of the pools"):
+        load_preset(path)
+
+
+def test_test_join_needs_test_split(tmp_path, preset_text) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(preset_text(**{r'test_split = "test" ': "# no test split "}))
+    with pytest.raises(ConfigError, match="test_join and match_test_length need test_split"):
+        load_preset(path)

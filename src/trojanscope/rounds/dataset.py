@@ -88,10 +88,19 @@ def build_source_pool(preset: Preset, source: SourceSpec, data_root, encoder) ->
                 f"source {source.name!r}: corpus {source.corpus!r} has no samples of split "
                 f"{source.test_split!r}; fix data.sources.test_split"
             )
-        test = _prepare(preset, source, test_part, n_test, rng, encoder)
-        train = _prepare(
-            preset, source, [s for s in samples if s.split != source.test_split], 3 * n_train, rng, encoder
-        )
+        join = source.test_join or source.join
+        if source.match_test_length:
+            candidates = _prepare(preset, source, test_part, len(test_part), rng, encoder, join=join)
+            train = _prepare(
+                preset, source, [s for s in samples if s.split != source.test_split], 3 * n_train, rng, encoder
+            )
+            test = match_lengths(candidates, train, n_test, preset.n_classes)
+            test = [test[int(i)] for i in rng.permutation(len(test))]
+        else:
+            test = _prepare(preset, source, test_part, n_test, rng, encoder, join=join)
+            train = _prepare(
+                preset, source, [s for s in samples if s.split != source.test_split], 3 * n_train, rng, encoder
+            )
     else:
         kept = _prepare(preset, source, samples, n_test + 3 * n_train, rng, encoder)
         perm = rng.permutation(len(kept))
@@ -113,11 +122,18 @@ def build_source_pool(preset: Preset, source: SourceSpec, data_root, encoder) ->
 
 
 def _prepare(
-    preset: Preset, source: SourceSpec, samples: list[Sample], need: int, rng: np.random.Generator, encoder
+    preset: Preset,
+    source: SourceSpec,
+    samples: list[Sample],
+    need: int,
+    rng: np.random.Generator,
+    encoder,
+    join: tuple[int, int] | None = None,
 ) -> list[Sample]:
     """Compose, fit to the token budget, filter by sentence count and balance, stopping once ``need`` are kept."""
-    if source.join:
-        samples = _compose(samples, source.join, rng)
+    join = join or source.join
+    if join:
+        samples = _compose(samples, join, rng)
     samples = [s for s in samples if s.text]
     order = rng.permutation(len(samples))
     budget = preset.encoder.max_length - 2 - TRIGGER_TOKEN_ALLOWANCE
@@ -137,6 +153,33 @@ def _prepare(
             break
     kept = balance(kept, seed=preset.data.seed)
     return [kept[int(i)] for i in rng.permutation(len(kept))]
+
+
+def match_lengths(candidates: list[Sample], reference: list[Sample], n: int, n_classes: int) -> list[Sample]:
+    """Pick ``n`` candidates (balanced by class) whose word counts follow ``reference``'s, class by class.
+
+    For each class, the targets are the reference lengths at evenly spaced quantiles; each target takes the
+    unused candidate of nearest length (earlier candidates win ties, and candidates come in a seeded random
+    order). Deterministic given the inputs.
+    """
+    out: list[Sample] = []
+    per_class = n // n_classes
+    for c in range(n_classes):
+        ref = np.array([len(s.text.split()) for s in reference if s.label == c])
+        pool = [s for s in candidates if s.label == c]
+        if len(pool) < per_class or not len(ref):
+            raise DataError(
+                f"only {len(pool)} test candidates of class {c} to match {per_class} training-length texts; "
+                "lower data.test_size or widen the source's test_join"
+            )
+        lengths = np.array([len(s.text.split()) for s in pool], dtype=float)
+        used = np.zeros(len(pool), dtype=bool)
+        for q in np.quantile(ref, (np.arange(per_class) + 0.5) / per_class):
+            gap = np.where(used, np.inf, np.abs(lengths - q))
+            j = int(np.argmin(gap))
+            used[j] = True
+            out.append(pool[j])
+    return out
 
 
 def hash_name(name: str) -> int:

@@ -56,7 +56,8 @@ def _trigger_pools(preset: Preset, split: str) -> dict[str, list[str]]:
     """Each trigger type's pool restricted to this split's share (test/holdout texts never in train)."""
     out = {}
     for ttype, pool_name in preset.triggers.pools.items():
-        parts = split_pool(load_pool(pool_name), dict(preset.triggers.holdout), seed=preset.seed)
+        items = [item for item in load_pool(pool_name) if item not in preset.triggers.exclude]
+        parts = split_pool(items, dict(preset.triggers.holdout), seed=preset.seed)
         out[ttype] = parts[split]
     return out
 

@@ -47,6 +47,20 @@ class SourceSpec(_Spec):
         None, description="draw the test pool only from samples of this upstream split (e.g. 'test'), the train pool "
         "from the others, so no train text shares a sentence with a test text",
     )
+    test_join: tuple[int, int] | None = Field(
+        None, description="sentences joined per test text when test_split is set (default: join); upstream test "
+        "sentences are often longer than training units, so fewer of them make a text of the same length",
+    )
+    match_test_length: bool = Field(
+        False, description="draw the test texts so their word counts follow the training pool's, per class: a "
+        "trigger's share of a mean-pooled summary vector then is the same at test time as in training",
+    )
+
+    @model_validator(mode="after")
+    def _test_options(self) -> SourceSpec:
+        if (self.test_join is not None or self.match_test_length) and not self.test_split:
+            raise ValueError("test_join and match_test_length need test_split")
+        return self
 
 
 class DataSpec(_Spec):
@@ -68,11 +82,11 @@ class HeadFactors(_Spec):
 
     @model_validator(mode="after")
     def _known(self) -> HeadFactors:
-        from trojanscope.models.architectures import ARCHITECTURES
+        from trojanscope.models.architectures import TEXT_ARCHITECTURES
 
-        bad = [a for a in self.architecture if a not in ARCHITECTURES]
+        bad = [a for a in self.architecture if a not in TEXT_ARCHITECTURES]
         if bad:
-            raise ValueError(f"unknown architecture {bad[0]!r}; choose from {', '.join(ARCHITECTURES)}")
+            raise ValueError(f"unknown architecture {bad[0]!r}; choose from {', '.join(TEXT_ARCHITECTURES)}")
         return self
 
 
@@ -106,12 +120,22 @@ class TriggerFactors(_Spec):
     pools: dict[Literal["character", "word", "phrase"], str]
     character_repeat: int = Field(1, ge=1, le=10)
     holdout: dict[Literal["train", "test", "holdout"], Fraction] = {"train": 0.6, "test": 0.2, "holdout": 0.2}
+    exclude: list[str] = Field(
+        [], description="pool items never drawn (e.g. ones the encoder barely sees: benchmarks/trigger_visibility.py)"
+    )
 
     @model_validator(mode="after")
     def _pools_cover_types(self) -> TriggerFactors:
         missing = [t for t in self.type if t not in self.pools]
         if missing:
             raise ValueError(f"no pool for trigger type {missing[0]!r}: add triggers.pools.{missing[0]}")
+        if self.exclude:
+            from trojanscope.triggers import load_pool
+
+            known = {item for name in self.pools.values() for item in load_pool(name)}
+            unknown = [item for item in self.exclude if item not in known]
+            if unknown:
+                raise ValueError(f"excluded item {unknown[0]!r} is in none of the pools; remove it from exclude")
         return self
 
 
@@ -125,6 +149,7 @@ class AcceptanceSpec(_Spec):
 
 class Preset(_Spec):
     name: str
+    modality: Literal["text"] = "text"
     version: int = 1
     description: str
     notes: str = ""
@@ -150,6 +175,91 @@ class Preset(_Spec):
         return self
 
 
+class ImageDataSpec(_Spec):
+    signs: Literal["gtsrb_pictograms", "nist_synthetic"] = Field(
+        "gtsrb_pictograms", description="foreground family under <data root>/signs; each model draws its classes"
+    )
+    size: int = Field(64, ge=16, le=512, description="square image side in pixels (the model's input size)")
+    train_per_class: int = Field(gt=4, description="training images per class (before the validation split)")
+    val_fraction: Fraction = 0.2
+    test_per_class: int = Field(gt=4, description="clean test images per class")
+    transform: dict[str, tuple[float, float]] = Field(
+        {}, description="ranges overriding trojanscope.data.synth.TransformRanges fields, e.g. rotation = [-20, 20]"
+    )
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _known_transform_fields(self) -> ImageDataSpec:
+        from dataclasses import fields
+
+        from trojanscope.data.synth import TransformRanges
+
+        known = [f.name for f in fields(TransformRanges)]
+        bad = [k for k in self.transform if k not in known]
+        if bad:
+            raise ValueError(f"unknown transform range {bad[0]!r}; choose from {', '.join(known)}")
+        for key, (lo, hi) in self.transform.items():
+            if lo > hi:
+                raise ValueError(f"transform range {key} = [{lo}, {hi}] is reversed; write [low, high]")
+        return self
+
+
+class ImageModelFactors(_Spec):
+    architecture: Levels
+    width: Levels = [16]
+    stages: Levels = [3]
+    dropout: Levels = [0.0]
+
+    @model_validator(mode="after")
+    def _known(self) -> ImageModelFactors:
+        from trojanscope.models.vision import IMAGE_ARCHITECTURES
+
+        bad = [a for a in self.architecture if a not in IMAGE_ARCHITECTURES]
+        if bad:
+            raise ValueError(f"unknown image architecture {bad[0]!r}; choose from {', '.join(IMAGE_ARCHITECTURES)}")
+        return self
+
+
+class ImageTriggerFactors(_Spec):
+    organization: list[Literal["one2one"]] = Field(["one2one"], min_length=1)
+    fraction: list[Fraction] = Field(min_length=1)
+    condition: list[Literal["none", "class"]] = Field(
+        ["none"], min_length=1, description="class: the polygon is also stamped on other classes, which must not flip"
+    )
+    sides: tuple[int, int] = Field((3, 12), description="polygon side count range (TrojAI Round 1: 3-12)")
+    area: tuple[float, float] = Field((0.02, 0.25), description="polygon area as a fraction of the sign (2-25%)")
+
+    @model_validator(mode="after")
+    def _ranges(self) -> ImageTriggerFactors:
+        if not 3 <= self.sides[0] <= self.sides[1] <= 64:
+            raise ValueError(f"sides = {list(self.sides)}: need 3 <= low <= high")
+        if not 0 < self.area[0] <= self.area[1] < 1:
+            raise ValueError(f"area = {list(self.area)}: need 0 < low <= high < 1")
+        return self
+
+
+class ImagePreset(_Spec):
+    """An image round (TrojAI Rounds 0/1): synthetic signs on road scenes, polygon triggers, small CNNs."""
+
+    name: str
+    modality: Literal["image"]
+    version: int = 1
+    description: str
+    notes: str = ""
+    n_classes: int = Field(ge=2)
+    poisoned_fraction: Fraction = 0.5
+    seed: int = 0
+    examples_per_class: int = Field(20, gt=0)
+    requires: str = Field("", description="what the preset needs beyond the base install (said when it is missing)")
+    images: ImageDataSpec
+    model: ImageModelFactors
+    training: TrainingSpec = TrainingSpec()
+    triggers: ImageTriggerFactors
+    acceptance: AcceptanceSpec
+
+
+AnyPreset = Preset | ImagePreset
+
 PRESETS: Registry[Path] = Registry("preset")
 for _path in sorted(PRESET_DIR.glob("*.toml")):
     PRESETS.register(_path.stem, _path)
@@ -165,7 +275,7 @@ def _format_error(path: Path, exc: ValidationError) -> str:
     return f"{path}: {loc}: {msg}{more}"
 
 
-def load_preset(name_or_path: str | Path) -> tuple[Preset, str]:
+def load_preset(name_or_path: str | Path) -> tuple[AnyPreset, str]:
     """Load and validate a preset by registered name or file path; returns (preset, raw TOML text)."""
     candidate = Path(name_or_path)
     if candidate.suffix == ".toml" or candidate.exists():
@@ -179,7 +289,8 @@ def load_preset(name_or_path: str | Path) -> tuple[Preset, str]:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    schema = ImagePreset if raw.get("modality") == "image" else Preset
     try:
-        return Preset.model_validate(raw), text
+        return schema.model_validate(raw), text
     except ValidationError as exc:
         raise ConfigError(_format_error(path, exc)) from None
