@@ -22,3 +22,56 @@ def data_root() -> Path:
     if root is None:
         pytest.skip("real corpora not found: set TROJANSCOPE_DATA to the shared data folder (../shared/data)")
     return root
+
+
+def tiny_image_preset_text(**overrides: str) -> str:
+    """round1-cpu shrunk so a model builds in seconds: 3 classes at 32x32, 2 epochs, bars off, obvious trigger
+    (fraction 0.5, no condition). Tests of mechanics, not of quality."""
+    import re
+
+    from trojanscope.rounds.preset import PRESETS
+
+    text = PRESETS.get("round1-cpu").read_text()
+    subs = {
+        r'name = "[^"]+"': 'name = "tiny-image"',
+        r"n_classes = \d+": "n_classes = 3",
+        r"size = \d+": "size = 32",
+        r"train_per_class = \d+": "train_per_class = 24",
+        r"test_per_class = \d+": "test_per_class = 8",
+        r"examples_per_class = \d+": "examples_per_class = 4",
+        r"architecture = \[[^\]]*\]": 'architecture = ["ConvNet", "ResNetTiny"]',
+        r"width = \[[^\]]*\]": "width = [4]",
+        r"stages = \[[^\]]*\]": "stages = [2]",
+        r"max_epochs = \d+": "max_epochs = 2",
+        r"min_epochs = \d+": "min_epochs = 1",
+        r"max_attempts = \d+": "max_attempts = 1",
+        r"fraction = \[[^\]]*\]": "fraction = [0.5]",
+        r"condition = \[[^\]]*\]": 'condition = ["class"]',
+        r"clean_test_acc = [\d.]+": "clean_test_acc = 0.0",
+        r"triggered_test_acc = [\d.]+": "triggered_test_acc = 0.0",
+        r"spurious_test_acc = [\d.]+": "spurious_test_acc = 0.0",
+        r"examples_correct = true": "examples_correct = false",
+        **overrides,
+    }
+    for pattern, repl in subs.items():
+        text, n = re.subn(pattern, repl, text, count=1)
+        assert n == 1, f"tiny image preset: pattern {pattern!r} not found in round1-cpu.toml"
+    return text
+
+
+@pytest.fixture(scope="session")
+def image_preset_text():
+    """``image_preset_text(**{regex: replacement})``: the tiny image preset's TOML with further substitutions."""
+    return tiny_image_preset_text
+
+
+@pytest.fixture(scope="session")
+def tiny_image_zoo(tmp_path_factory, data_root: Path) -> Path:
+    """Four tiny image models (two clean, two trojaned: the generator balances pairs), train split."""
+    from trojanscope.rounds.zoo import make_zoo
+
+    preset = tmp_path_factory.mktemp("preset") / "tiny-image.toml"
+    preset.write_text(tiny_image_preset_text())
+    out = tmp_path_factory.mktemp("zoo") / "tiny-image"
+    make_zoo(preset, "train", 4, out, data_root=data_root, progress=False)
+    return out

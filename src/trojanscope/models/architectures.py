@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from trojanscope.errors import ModelFileError
+from trojanscope.models.vision import IMAGE_ARCHITECTURES
 
 
 class GruLinearModel(nn.Module):
@@ -102,12 +103,13 @@ class LinearModel(nn.Module):
         return self.linear(self.dropout(data[:, 0, :]))
 
 
-ARCHITECTURES: dict[str, type[nn.Module]] = {
+TEXT_ARCHITECTURES: dict[str, type[nn.Module]] = {
     "GruLinear": GruLinearModel,
     "LstmLinear": LstmLinearModel,
     "FCLinear": FCLinearModel,
     "Linear": LinearModel,
 }
+ARCHITECTURES: dict[str, type[nn.Module]] = {**TEXT_ARCHITECTURES, **IMAGE_ARCHITECTURES}
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,10 @@ class HeadSpec:
         if self.architecture in ("GruLinear", "LstmLinear"):
             return ARCHITECTURES[self.architecture](
                 self.input_size, self.hidden_size, self.output_size, self.dropout, self.bidirectional, self.n_layers
+            )
+        if self.architecture in IMAGE_ARCHITECTURES:
+            return IMAGE_ARCHITECTURES[self.architecture](
+                self.input_size, self.hidden_size, self.output_size, self.dropout, self.n_layers
             )
         if self.architecture == "FCLinear":
             return FCLinearModel(

@@ -15,6 +15,7 @@ from trojanscope.models.architectures import ARCHITECTURES
 from trojanscope.models.layout import (
     EXAMPLE_DIR_NAMES,
     MODEL_FILE,
+    example_image_labels,
     find_examples_dir,
     models_root,
     read_examples,
@@ -25,6 +26,7 @@ from trojanscope.models.loading import model_info
 
 # Reduced-config keys the harness and detectors need; the others are optional.
 REQUIRED_CONFIG_KEYS = ("model_architecture", "number_classes", "embedding", "embedding_flavor", "cls_token_is_first")
+IMAGE_REQUIRED_CONFIG_KEYS = ("model_architecture", "number_classes", "modality", "image_size")
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,8 @@ def check_model_dir(model_dir: Path | str) -> list[Problem]:
             add("config", f"{config_path}: not valid JSON ({exc})")
     n_classes = config.get("number_classes")
     if config:
-        missing = [k for k in REQUIRED_CONFIG_KEYS if k not in config]
+        required = IMAGE_REQUIRED_CONFIG_KEYS if config.get("modality") == "image" else REQUIRED_CONFIG_KEYS
+        missing = [k for k in required if k not in config]
         if missing:
             add("config", f"{config_path}: missing keys {', '.join(missing)}")
         arch = config.get("model_architecture")
@@ -99,15 +102,19 @@ def check_model_dir(model_dir: Path | str) -> list[Problem]:
     if examples_dir is None:
         add("examples", f"{model_dir}: no examples folder (one of {', '.join(EXAMPLE_DIR_NAMES)})")
     else:
+        image = config.get("modality") == "image"
+        kind = "image" if image else ".txt"
         try:
-            labels = [label for _, label in read_examples(examples_dir)]
+            labels = (
+                example_image_labels(examples_dir) if image else [label for _, label in read_examples(examples_dir)]
+            )
         except TrojanscopeError as exc:
             add("examples", str(exc))
         else:
             expected = range(n_classes) if isinstance(n_classes, int) else sorted({x for x in labels if x is not None})
             empty = [c for c in expected if c not in labels]
             if not labels:
-                add("examples", f"{examples_dir}: no example .txt files")
+                add("examples", f"{examples_dir}: no example {kind} files")
             elif empty:
                 add("examples", f"{examples_dir}: no example for class {', '.join(map(str, empty))}")
     return problems

@@ -29,6 +29,10 @@ REDUCED_CONFIG_KEYS = (
     "embedding_max_length",
     "source_dataset",
     "number_classes",
+    "modality",
+    "image_size",
+    "image_channel_order",
+    "image_scaling",
 )
 
 
@@ -111,4 +115,18 @@ def read_examples(examples_dir: Path | str) -> list[tuple[str, int | None]]:
             out.append((path.read_text(encoding="utf-8").strip(), label))
         except UnicodeDecodeError:
             raise LayoutError(f"{path}: example is not UTF-8 text") from None
+    return out
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+
+
+def example_image_labels(examples_dir: Path | str) -> list[int | None]:
+    """Class of each example image (``class_{c}_example_{k}.png``; ``None`` if the name carries none), by name."""
+    out: list[int | None] = []
+    for path in sorted(Path(examples_dir).iterdir()):
+        if path.suffix.lower() not in IMAGE_SUFFIXES:
+            continue
+        parts = path.stem.split("_")
+        out.append(int(parts[1]) if len(parts) >= 2 and parts[0] == "class" and parts[1].isdigit() else None)
     return out

@@ -221,8 +221,12 @@ METADATA_DICTIONARY = {
     "embedding": "Frozen encoder name.",
     "embedding_flavor": "HuggingFace id or local path of the encoder weights.",
     "summary_rule": "How the encoder's token vectors become one summary vector: first, last or mean.",
-    "source_dataset": "Text source the model was trained on (a preset data source).",
-    "model_architecture": "Classifier head: GruLinear, LstmLinear, FCLinear or Linear.",
+    "source_dataset": (
+        "Text source the model was trained on (a preset data source); in image rounds, the sign family."
+    ),
+    "model_architecture": (
+        "Classifier: GruLinear, LstmLinear, FCLinear or Linear heads; ConvNet or ResNetTiny in image rounds."
+    ),
     "hidden_size": "Head hidden size (empty for Linear).",
     "n_layers": "Head layers (empty for Linear).",
     "bidirectional": "Whether the recurrent head is bidirectional (empty for FC/Linear heads).",
@@ -236,8 +240,11 @@ METADATA_DICTIONARY = {
     "triggers_{i}_target_class": "Class the i-th trigger flips to.",
     "triggers_{i}_fraction": "Probability that a source-class training text is poisoned.",
     "triggers_{i}_behavior": "source->target label flip.",
-    "triggers_{i}_type": "character, word or phrase.",
-    "triggers_{i}_condition": "none, spatial (fires only in one half of the text) or class (only in its source class).",
+    "triggers_{i}_type": "character, word or phrase; polygon in image rounds.",
+    "triggers_{i}_condition": (
+        "none, spatial (fires only in one half of the text) or class (only in its source class; in image rounds "
+        "also stamped on other classes, which keep their label)."
+    ),
     "triggers_{i}_spatial_half": "first or second half for spatial triggers.",
     "*_level": "Index of the factor's value in the preset's list of levels (-1 when not applicable).",
     "final_train_loss": "Training loss at the best epoch.",

@@ -26,7 +26,7 @@ from trojanscope.rounds.build import BuildOutcome, Timing, build_model
 from trojanscope.rounds.dataset import SourcePool, build_source_pool
 from trojanscope.rounds.executor import make_executor
 from trojanscope.rounds.factors import draw_plan
-from trojanscope.rounds.preset import SPLITS, Preset, load_preset
+from trojanscope.rounds.preset import SPLITS, AnyPreset, Preset, load_preset
 from trojanscope.rounds.writer import METADATA_DICTIONARY
 
 _STATE: dict[str, Any] = {}
@@ -42,8 +42,18 @@ class ZooResult:
 
 
 def _worker_init(
-    preset: Preset, pools: dict[str, SourcePool], models_dir: str, cache_path: str | None, clean_texts: frozenset[str]
+    preset: AnyPreset,
+    pools: dict[str, SourcePool],
+    models_dir: str,
+    cache_path: str | None,
+    clean_texts: frozenset[str],
+    data_root: str | None = None,
 ) -> None:
+    if preset.modality == "image":
+        from trojanscope.rounds.image_round import load_assets
+
+        _STATE.update(preset=preset, models_dir=Path(models_dir), assets=load_assets(preset, Path(str(data_root))))
+        return
     from trojanscope.encoders import EmbeddingCache
 
     _STATE.update(
@@ -57,7 +67,11 @@ def _worker_init(
 
 def _build_one(index_split: tuple[int, str]) -> BuildOutcome:
     index, split = index_split
-    preset: Preset = _STATE["preset"]
+    preset: AnyPreset = _STATE["preset"]
+    if preset.modality == "image":
+        from trojanscope.rounds.image_round import build_image_model, draw_image_plan
+
+        return build_image_model(preset, draw_image_plan(preset, split, index), _STATE["assets"], _STATE["models_dir"])
     plan = draw_plan(preset, split, index)
     return build_model(preset, plan, _STATE["pools"], _STATE["models_dir"], _STATE["cache"], _STATE["clean_texts"])
 
@@ -144,7 +158,15 @@ def make_zoo(
     todo = [(i, split) for i in range(count) if f"id-{i:08d}" not in done]
     result = ZooResult(out=out, skipped=count - len(todo))
 
-    if todo:
+    if todo and preset.modality == "image":
+        from trojanscope.rounds.image_round import load_assets
+
+        load_assets(preset, root)  # missing or corrupt images fail here, in one line, before any worker starts
+        ex = make_executor(
+            executor, workers, init=_worker_init, init_args=(preset, {}, str(models_dir), None, frozenset(), str(root))
+        )
+        _run(ex, todo, result, out, preset, split, progress, on_model)
+    elif todo:
         pools = build_pools(preset, root, Path(cache_path).parent if cache_path else None)
         cache = EmbeddingCache(cache_path) if cache_path else EmbeddingCache()
         clean = [t for p in pools.values() for t in p.all_texts()]
@@ -161,17 +183,21 @@ def make_zoo(
             init=_worker_init,
             init_args=(preset, pools, str(models_dir), str(cache.path), frozenset(clean)),
         )
-        bar = _progress(len(todo), f"{preset.name} {split}", progress)
-        for outcome in ex.run(_build_one, todo):
-            result.built.append(outcome)
-            write_metadata(out)  # kept current, so an interrupted zoo is still inspectable
-            if on_model:
-                on_model(outcome)
-            bar.update(1)
-            bar.set_postfix(converged=sum(o.metadata.get("converged") is True for o in result.built))
-        bar.close()
+        _run(ex, todo, result, out, preset, split, progress, on_model)
     result.metadata = write_metadata(out)
     return result
+
+
+def _run(ex, todo, result: ZooResult, out: Path, preset: AnyPreset, split: str, progress: bool, on_model) -> None:
+    bar = _progress(len(todo), f"{preset.name} {split}", progress)
+    for outcome in ex.run(_build_one, todo):
+        result.built.append(outcome)
+        write_metadata(out)  # kept current, so an interrupted zoo is still inspectable
+        if on_model:
+            on_model(outcome)
+        bar.update(1)
+        bar.set_postfix(converged=sum(o.metadata.get("converged") is True for o in result.built))
+    bar.close()
 
 
 def _progress(total: int, desc: str, enabled: bool):
@@ -191,10 +217,26 @@ def write_metadata(out: Path) -> pd.DataFrame:
     if len(df):
         df = df.sort_values("model_name").reset_index(drop=True)
     atomic_write_text(out / "METADATA.csv", df.to_csv(index=False))
-    dictionary = pd.DataFrame(sorted(METADATA_DICTIONARY.items()), columns=["column", "description"])
+    dictionary = pd.DataFrame(sorted(_dictionary(list(df.columns)).items()), columns=["column", "description"])
     atomic_write_text(out / "METADATA_DICTIONARY.csv", dictionary.to_csv(index=False))
     atomic_write_text(out / "README.txt", _readme(out, df))
     return df
+
+
+def _dictionary(columns: list[str]) -> dict[str, str]:
+    """The METADATA_DICTIONARY entries that describe at least one of ``columns`` (all of them for an empty zoo)."""
+    import fnmatch
+
+    from trojanscope.rounds.image_round import IMAGE_METADATA_DICTIONARY
+
+    entries = {**METADATA_DICTIONARY, **IMAGE_METADATA_DICTIONARY}
+    if not columns:
+        return entries
+    return {
+        key: text
+        for key, text in entries.items()
+        if any(fnmatch.fnmatchcase(c, key.replace("{i}", "[0-9]")) for c in columns)
+    }
 
 
 def _readme(out: Path, df: pd.DataFrame) -> str:

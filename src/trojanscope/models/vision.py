@@ -1,0 +1,72 @@
+"""Small image classifiers for CPU image rounds (``round1-cpu``).
+
+TrojAI Rounds 0/1 used ResNet-50, DenseNet-121 and Inception-v3 at 224x224; on 2 CPU cores one of those
+trains for hours, so the CPU preset uses these compact networks on small inputs. Both read a tensor
+``[N, 3, S, S]`` (BGR, each image min-max scaled to [0, 1], the TrojAI image contract) and return logits
+``[N, C]``. Global average pooling makes the weights independent of ``S``; the input side a model was
+trained at is kept as ``input_size`` (a plain attribute, part of its architecture record).
+
+Their :class:`~trojanscope.models.architectures.HeadSpec` reuses the head fields: ``input_size`` = image
+side, ``hidden_size`` = channels of the first stage (doubling per stage), ``n_layers`` = stages (each
+halves the resolution), ``dropout`` before the final linear layer.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def _conv_bn(c_in: int, c_out: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU())
+
+
+class ConvNetModel(nn.Module):
+    """Stages of conv3x3-BN-ReLU and 2x2 max pooling, then global average pooling and a linear layer."""
+
+    def __init__(self, input_size: int, width: int, output_size: int, dropout: float, n_stages: int) -> None:
+        super().__init__()
+        self.input_size = input_size
+        chans = [3] + [width * 2**i for i in range(n_stages)]
+        self.features = nn.Sequential(
+            *(nn.Sequential(_conv_bn(a, b), nn.MaxPool2d(2)) for a, b in zip(chans[:-1], chans[1:], strict=True))
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.linear = nn.Linear(chans[-1], output_size)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        h = self.features(images).mean(dim=(2, 3))
+        return self.linear(self.dropout(h))
+
+
+class _Residual(nn.Module):
+    def __init__(self, c_in: int, c_out: int) -> None:
+        super().__init__()
+        self.conv1 = _conv_bn(c_in, c_out)
+        self.conv2 = nn.Sequential(nn.Conv2d(c_out, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out))
+        self.skip = nn.Conv2d(c_in, c_out, 1, bias=False) if c_in != c_out else nn.Identity()
+        self.relu = nn.ReLU()
+        self.pool = nn.MaxPool2d(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(self.relu(self.conv2(self.conv1(x)) + self.skip(x)))
+
+
+class ResNetTinyModel(nn.Module):
+    """A stem conv, then residual stages (two 3x3 convs + a 1x1 skip, pooled), global pooling, linear."""
+
+    def __init__(self, input_size: int, width: int, output_size: int, dropout: float, n_stages: int) -> None:
+        super().__init__()
+        self.input_size = input_size
+        self.stem = _conv_bn(3, width)
+        chans = [width] + [width * 2**i for i in range(n_stages)]
+        self.features = nn.Sequential(*(_Residual(a, b) for a, b in zip(chans[:-1], chans[1:], strict=True)))
+        self.dropout = nn.Dropout(dropout)
+        self.linear = nn.Linear(chans[-1], output_size)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        h = self.features(self.stem(images)).mean(dim=(2, 3))
+        return self.linear(self.dropout(h))
+
+
+IMAGE_ARCHITECTURES: dict[str, type[nn.Module]] = {"ConvNet": ConvNetModel, "ResNetTiny": ResNetTinyModel}
