@@ -17,7 +17,12 @@ DETECTORS.register("probes", "trojanscope.detectors.learned:ProbesDetector",
                    help="Query probes: dimension sweeps, principal/random directions, Jacobians (needs --params).")
 DETECTORS.register("scan", "trojanscope.detectors.learned:ScanDetector",
                    help="Generic word/phrase/punctuation scan over a precomputed encoder shift table (needs --params).")
-
+DETECTORS.register("image-weights", "trojanscope.detectors.learned:ImageWeightsDetector",
+                   help="Image CNNs: weight statistics alone (needs --params).")
+DETECTORS.register("cleanse", "trojanscope.detectors.learned:CleanseDetector",
+                   help="Image CNNs: Neural-Cleanse inversion per target class, calibrated (needs --params).")
+DETECTORS.register("image-default", "trojanscope.detectors.learned:ImageDefaultDetector",
+                   help="Image CNNs: calibrated combination of image-weights and cleanse (needs --params).")
 
 
 def load_detector(name: str, params: str | None = None) -> Detector:

@@ -43,9 +43,7 @@ def _families(names: Sequence[str], family_params: dict[str, dict] | None) -> li
 
 def compute_features(inputs: ModelInputs, families: Sequence[Any], cache: Any = None) -> dict[str, float]:
     """Every family's features for one model, prefixed ``family.``; non-finite values become 0 with a flag."""
-    from trojanscope.detectors.context import build_context
-
-    ctx = build_context(inputs, cache)
+    ctx = _context(inputs, cache)
     out: dict[str, float] = {}
     for fam in families:
         fam.prepare(ctx)
@@ -53,6 +51,17 @@ def compute_features(inputs: ModelInputs, families: Sequence[Any], cache: Any = 
             v = float(value)
             out[f"{fam.name}.{key}"] = v if math.isfinite(v) else 0.0
     return out
+
+
+def _context(inputs: ModelInputs, cache: Any = None) -> Any:
+    """The families' view of one model: an image context for image models (reduced config), else the text one."""
+    from trojanscope.detectors.image_context import build_image_context, is_image_model
+
+    if is_image_model(inputs):
+        return build_image_context(inputs)
+    from trojanscope.detectors.context import build_context
+
+    return build_context(inputs, cache)
 
 
 def inputs_for_model_dir(model_dir: Path | str) -> ModelInputs:
@@ -77,12 +86,10 @@ def _worker(args: tuple[ModelInputs, list[str], dict[str, dict]]) -> tuple[dict[
 def feature_table(models: Sequence[ModelInputs], families: Sequence[str], family_params: dict[str, dict] | None = None,
                   workers: int = 1, progress: bool = True) -> tuple[list[dict[str, float]], list[float]]:
     """Features (and seconds) for many models; shared tables are built once here, before any worker starts."""
-    from trojanscope.detectors.context import build_context
-
     fams = _families(families, family_params)
     fparams = {f.name: f.params() for f in fams}
     if models:
-        ctx = build_context(models[0])  # builds shared one-off state (the scan table) in this process
+        ctx = _context(models[0])  # builds shared one-off state (the scan table) in this process
         for fam in fams:
             fam.prepare(ctx)
     jobs = [(m, list(families), fparams) for m in models]
@@ -244,6 +251,28 @@ class ScanDetector(MetaDetector):
     description = "Generic word/phrase/punctuation scan over a precomputed encoder shift table."
     families = ("scan",)
     needs = frozenset({"queries", "clean_examples", "encoder"})
+
+
+class ImageWeightsDetector(MetaDetector):
+    name = "image-weights"
+    description = "Image CNNs: weight statistics alone (no queries)."
+    families = ("image-weights",)
+    needs = frozenset({"weights"})
+
+
+class CleanseDetector(MetaDetector):
+    name = "cleanse"
+    description = "Image CNNs: Neural-Cleanse mask/pattern inversion per target class, calibrated on clean models."
+    families = ("cleanse",)
+    needs = frozenset({"weights", "gradients", "clean_examples"})
+
+
+class ImageDefaultDetector(MetaDetector):
+    name = "image-default"
+    description = "Image CNNs: calibrated combination of weight statistics and Neural-Cleanse inversion."
+    families = ("image-weights", "cleanse")
+    shipped = "image-default.json"
+    needs = frozenset({"weights", "gradients", "clean_examples"})
 
 
 class DefaultDetector(MetaDetector):

@@ -5,6 +5,11 @@ flat dict of finite floats. A learned detector is a meta-classifier over a list 
 - ``inversion``: the smallest universal summary-space perturbation that flips each source class to each target.
 - ``probes``: the head on structured queries (single-dimension sweeps, principal/random directions, Jacobians).
 - ``scan``: flip rates of a precomputed table of generic word/phrase/punctuation shifts (head evaluations only).
+
+Image models (reduced config ``modality = "image"``) get an image context instead:
+
+- ``image-weights``: spectra and tails of the CNN's conv layers, outlying class rows of its final layer.
+- ``cleanse``: Neural-Cleanse mask/pattern inversion per target class.
 """
 
 from __future__ import annotations
@@ -41,5 +46,9 @@ FEATURES.register("probes", "trojanscope.detectors.features.probes:QueryProbes",
                   help="Head responses along single dimensions, principal and random directions; input Jacobians.")
 FEATURES.register("scan", "trojanscope.detectors.features.scan:PhraseScan",
                   help="Flip rates of precomputed generic word/phrase/punctuation shifts of the summary vector.")
+FEATURES.register("image-weights", "trojanscope.detectors.features.image_weights:ImageWeightStats",
+                  help="Image CNNs: spectra/tails of conv layers and outlying class rows of the final layer.")
+FEATURES.register("cleanse", "trojanscope.detectors.features.cleanse:NeuralCleanse",
+                  help="Image CNNs: Neural-Cleanse mask/pattern inversion per target class.")
 
 __all__ = ["FEATURES", "FeatureFamily"]
