@@ -38,12 +38,13 @@ def _code_digest() -> str:
 
     root = Path(pkg.__file__).parent
     h = hashlib.sha256()
-    for f in sorted([root / "context.py", *(root / "features").glob("*.py")]):
+    for f in sorted([root / "context.py", root / "image_context.py", *(root / "features").glob("*.py")]):
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 
-def features_for(zoo: Path, cache_file: Path, workers: int) -> tuple[list[str], list[dict], list[int | None], list]:
+def features_for(zoo: Path, cache_file: Path, workers: int, families: tuple[str, ...] = FAMILIES
+                 ) -> tuple[list[str], list[dict], list[int | None], list]:
     """(names, feature rows, labels, seconds) for every model of ``zoo``, computing only uncached models."""
     from trojanscope.detectors.learned import feature_table, inputs_for_model_dir
     from trojanscope.models.layout import list_model_dirs, read_ground_truth
@@ -54,7 +55,7 @@ def features_for(zoo: Path, cache_file: Path, workers: int) -> tuple[list[str], 
     dirs = list_model_dirs(zoo)
     todo = [d for d in dirs if d.name not in cached]
     if todo:
-        rows, secs = feature_table([inputs_for_model_dir(d) for d in todo], FAMILIES, workers=workers)
+        rows, secs = feature_table([inputs_for_model_dir(d) for d in todo], families, workers=workers)
         for d, r, s in zip(todo, rows, secs, strict=True):
             cached[d.name] = {"features": r, "seconds": s}
         cache_file.write_text(json.dumps({**cached, "__code__": _code_digest()}))
@@ -63,17 +64,19 @@ def features_for(zoo: Path, cache_file: Path, workers: int) -> tuple[list[str], 
             [cached[n]["seconds"] for n in names])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--train", type=Path, default=Path("/tmp/zoos/r5-train"))
-    ap.add_argument("--test", type=Path, default=Path("/tmp/zoos/r5-test"))
+def main(argv: list[str] | None = None, *, families: tuple[str, ...] = FAMILIES,
+         detectors: tuple[str, ...] = DETECTORS, default: str = "default", doc: str | None = None,
+         zoos: tuple[str, str] = ("/tmp/zoos/r5-train", "/tmp/zoos/r5-test")) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=(doc or __doc__).split("\n")[0])
+    ap.add_argument("--train", type=Path, default=Path(zoos[0]))
+    ap.add_argument("--test", type=Path, default=Path(zoos[1]))
     ap.add_argument("--out", type=Path, default=Path("/tmp/det-bench"))
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--generate", default=None, help="preset to generate/resume the zoos with (e.g. round5-cpu)")
     ap.add_argument("--train-count", type=int, default=200)
     ap.add_argument("--test-count", type=int, default=100)
     ap.add_argument("--no-harness", action="store_true", help="skip the harness run (features-only numbers)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
 
     if args.generate:
@@ -88,10 +91,10 @@ def main() -> None:
     from trojanscope.scoring.metrics import score_all
 
     t0 = time.perf_counter()
-    _, tr_rows, tr_y, tr_s = features_for(args.train, args.out / "features-train.json", args.workers)
+    _, tr_rows, tr_y, tr_s = features_for(args.train, args.out / "features-train.json", args.workers, families)
     have_test = args.test.is_dir() and any((args.test / "models").glob("id-*/model.pt"))
     if have_test:
-        te_names, te_rows, te_y, te_s = features_for(args.test, args.out / "features-test.json", args.workers)
+        te_names, te_rows, te_y, te_s = features_for(args.test, args.out / "features-test.json", args.workers, families)
     else:
         print(f"no test zoo at {args.test}: cross-validated train numbers only")
         te_rows, te_y, te_s = [], [], [0.0]
@@ -101,27 +104,27 @@ def main() -> None:
           f"max {np.max(tr_s):.1f} s; test mean {np.mean(te_s):.1f} s, max {np.max(te_s):.1f} s)")
     y_te = np.asarray(te_y, dtype=int)
     print(f"\n{'detector':<10} {'CE':>7} {'±CI95':>7} {'ROC-AUC':>8} {'Brier':>7} {'cv CE':>7} {'cv AUC':>7}  C / eps")
-    for name in DETECTORS:
+    for name in detectors:
         det = REGISTRY.get(name)().fit_features(tr_rows, tr_y)
         clf = det.classifier_
         s = score_all(y_te, det.score_features(te_rows)) if have_test else {}
         test = (f"{s['cross_entropy']:7.4f} {s['cross_entropy_ci95']:7.4f} {s['roc_auc']:8.4f} {s['brier']:7.4f}"
                 if have_test else f"{'-':>7} {'-':>7} {'-':>8} {'-':>7}")
         print(f"{name:<10} {test} {clf.cv_cross_entropy:7.4f} {clf.cv_roc_auc:7.4f}  {clf.C:g} / {clf.eps:g}")
-        if name == "default":
-            det.save(args.out / "default.json", zoo=str(args.train),
-                     command=f"trojanscope detect fit --zoo {args.train} --detector default --out default.json")
+        if name == default:
+            det.save(args.out / f"{default}.json", zoo=str(args.train), n_models=len(tr_rows),
+                     command=f"trojanscope detect fit --zoo {args.train} --detector {default} --out {default}.json")
 
     if args.no_harness or not have_test:
-        return
+        return args
     from trojanscope.scoring.breakdown import factor_table, read_factor_metadata
     from trojanscope.scoring.harness import evaluate
 
-    run = evaluate(args.test, args.out / "harness-default", detector="default", params=args.out / "default.json",
-                   workers=args.workers, progress=True)
+    run = evaluate(args.test, args.out / f"harness-{default}", detector=default,
+                   params=args.out / f"{default}.json", workers=args.workers, progress=True)
     s = run.scores
     ok = run.results[run.results["status"] == "ok"]
-    print(f"\nharness, default detector on {args.test} ({s['n']} models): CE {s['cross_entropy']:.4f} "
+    print(f"\nharness, {default} detector on {args.test} ({s['n']} models): CE {s['cross_entropy']:.4f} "
           f"± {s['cross_entropy_ci95']:.4f}, ROC-AUC {s['roc_auc']:.4f}, Brier {s['brier']:.4f}, "
           f"failed {int((run.results['status'] != 'ok').sum())}")
     print(f"detection time per model (harness, incl. loading): mean {ok['seconds'].mean():.1f} s, "
@@ -133,6 +136,7 @@ def main() -> None:
         print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     print(f"\npeak memory (max RSS of one process): {peak / 2**20:.2f} GiB")
+    return args
 
 
 if __name__ == "__main__":

@@ -100,3 +100,20 @@ def test_image_model_is_bitwise_reproducible(tmp_path, data_root, image_preset_t
 
     assert Image.open(png).mode == "RGB"
     assert np.asarray(Image.open(png)).shape == (32, 32, 3)
+
+
+def test_faithful_image_presets_say_what_they_need(tmp_path, data_root) -> None:
+    """round0/round1 validate everywhere; without torchvision, zoo make refuses in one line before any work."""
+    import importlib.util
+
+    from trojanscope.errors import TrojanscopeError
+    from trojanscope.rounds.zoo import make_zoo
+
+    for name in ("round0", "round1"):
+        preset, _ = load_preset(name)
+        assert preset.images.size == 224 and "torchvision" in preset.requires
+    if importlib.util.find_spec("torchvision") is not None:
+        pytest.skip("torchvision is installed here: the refusal path cannot be exercised")
+    with pytest.raises(TrojanscopeError, match="needs torchvision"):
+        make_zoo("round1", "train", 1, tmp_path / "z", data_root=data_root, progress=False)
+    assert not list((tmp_path / "z" / "models").glob("*"))

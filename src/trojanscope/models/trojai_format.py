@@ -156,6 +156,9 @@ def spec_of_head(model: nn.Module) -> HeadSpec:
     arch = next((k for k, cls in ARCHITECTURES.items() if type(model) is cls), None)
     if arch is None:
         raise ModelFileError(f"cannot export a {type(model).__name__}; known heads: {', '.join(ARCHITECTURES)}")
+    if arch in IMAGE_ARCHITECTURES and hasattr(model, "net"):  # torchvision-backed
+        return HeadSpec(arch, int(model.input_size), int(model.output_size), hidden_size=0,
+                        dropout=float(model.dropout.p), bidirectional=False, n_layers=0)
     if arch in IMAGE_ARCHITECTURES:  # image nets keep their trained input side as an attribute
         width = model.linear.in_features // 2 ** (len(model.features) - 1)
         return HeadSpec(arch, int(model.input_size), model.linear.out_features, hidden_size=width,

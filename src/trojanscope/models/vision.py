@@ -69,4 +69,53 @@ class ResNetTinyModel(nn.Module):
         return self.linear(self.dropout(h))
 
 
-IMAGE_ARCHITECTURES: dict[str, type[nn.Module]] = {"ConvNet": ConvNetModel, "ResNetTiny": ResNetTinyModel}
+class TorchvisionModel(nn.Module):
+    """A torchvision classifier (the faithful Round 0/1 architectures), built without pretrained weights.
+
+    torchvision is an optional extra (``pip install 'trojanscope[vision]'`` with a build matching your
+    torch): the CPU torch wheel used here has no matching torchvision, and a 224x224 ResNet-50 is a job for
+    a GPU anyway. The wrapped network is ``self.net``; ``width``/``n_stages`` are not used.
+    """
+
+    builder = ""
+
+    def __init__(self, input_size: int, width: int, output_size: int, dropout: float, n_stages: int) -> None:
+        super().__init__()
+        try:
+            import torchvision.models as tvm
+        except ImportError:
+            from trojanscope.errors import ModelFileError
+
+            raise ModelFileError(
+                f"architecture {type(self).__name__.removesuffix('Model')} needs torchvision; install a build that "
+                "matches your torch (pip install 'trojanscope[vision]') or use the round1-cpu preset"
+            ) from None
+        kwargs = {"aux_logits": False, "init_weights": True} if self.builder == "inception_v3" else {}
+        self.net = getattr(tvm, self.builder)(weights=None, num_classes=output_size, **kwargs)
+        self.input_size = input_size
+        self.output_size = output_size
+        self.dropout = nn.Dropout(dropout)  # kept for a uniform record; torchvision nets own their dropout
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.net(images)
+
+
+class ResNet50Model(TorchvisionModel):
+    builder = "resnet50"
+
+
+class DenseNet121Model(TorchvisionModel):
+    builder = "densenet121"
+
+
+class InceptionV3Model(TorchvisionModel):
+    builder = "inception_v3"
+
+
+IMAGE_ARCHITECTURES: dict[str, type[nn.Module]] = {
+    "ConvNet": ConvNetModel,
+    "ResNetTiny": ResNetTinyModel,
+    "ResNet50": ResNet50Model,
+    "DenseNet121": DenseNet121Model,
+    "InceptionV3": InceptionV3Model,
+}

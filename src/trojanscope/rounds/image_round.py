@@ -59,13 +59,37 @@ class SceneAssets:
     backgrounds: list[np.ndarray]
 
 
+def check_architectures(preset: ImagePreset) -> None:
+    """Build every architecture of the preset on the meta device, so a missing optional dependency (torchvision
+    for the faithful presets) is one line before any work starts, not a crash inside a worker."""
+    for arch in preset.model.architecture:
+        spec = HeadSpec(arch, preset.images.size, preset.n_classes, hidden_size=int(preset.model.width[0]),
+                        dropout=0.0, bidirectional=False, n_layers=int(preset.model.stages[0]))
+        with torch.device("meta"):
+            spec.build()
+
+
 def load_assets(preset: ImagePreset, data_root: Path) -> SceneAssets:
     signs = load_signs(data_root, preset.images.signs)
     if len(signs) < preset.n_classes:
         raise ValueError(
             f"sign family {preset.images.signs} has {len(signs)} signs; the preset needs n_classes = {preset.n_classes}"
         )
-    return SceneAssets(signs=signs, backgrounds=[rgb for _, rgb in load_backgrounds(data_root)])
+    return SceneAssets(signs=signs, backgrounds=[_downscale(rgb, 4 * preset.images.size) for _, rgb in
+                                                 load_backgrounds(data_root)])
+
+
+def _downscale(rgb: np.ndarray, shorter: int) -> np.ndarray:
+    """A background shrunk once so its shorter side is ``shorter`` px (never enlarged): every crop is resized
+    down to the image size anyway, and resizing a 1280x720 scene per image was most of the render time."""
+    from PIL import Image
+
+    h, w = rgb.shape[:2]
+    scale = shorter / min(h, w)
+    if scale >= 1:
+        return rgb
+    size = (max(1, round(w * scale)), max(1, round(h * scale)))
+    return np.asarray(Image.fromarray(rgb).resize(size, Image.Resampling.BOX))
 
 
 def draw_image_plan(preset: ImagePreset, split: str, index: int) -> ModelPlan:

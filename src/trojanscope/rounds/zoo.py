@@ -159,8 +159,9 @@ def make_zoo(
     result = ZooResult(out=out, skipped=count - len(todo))
 
     if todo and preset.modality == "image":
-        from trojanscope.rounds.image_round import load_assets
+        from trojanscope.rounds.image_round import check_architectures, load_assets
 
+        check_architectures(preset)
         load_assets(preset, root)  # missing or corrupt images fail here, in one line, before any worker starts
         ex = make_executor(
             executor, workers, init=_worker_init, init_args=(preset, {}, str(models_dir), None, frozenset(), str(root))
