@@ -53,12 +53,14 @@ class _Residual(nn.Module):
 
 
 class ResNetTinyModel(nn.Module):
-    """A stem conv, then residual stages (two 3x3 convs + a 1x1 skip, pooled), global pooling, linear."""
+    """A stem (conv3x3-BN-ReLU, 2x2 pool, like ResNet's early downsampling), then residual stages (two 3x3 convs
+    + a 1x1 skip, pooled), global pooling, linear. The early pool makes it ~4x cheaper than full-resolution
+    residual stages (measured 171 s vs ~4x that for one 64x64 model on one core)."""
 
     def __init__(self, input_size: int, width: int, output_size: int, dropout: float, n_stages: int) -> None:
         super().__init__()
         self.input_size = input_size
-        self.stem = _conv_bn(3, width)
+        self.stem = nn.Sequential(_conv_bn(3, width), nn.MaxPool2d(2))
         chans = [width] + [width * 2**i for i in range(n_stages)]
         self.features = nn.Sequential(*(_Residual(a, b) for a, b in zip(chans[:-1], chans[1:], strict=True)))
         self.dropout = nn.Dropout(dropout)
