@@ -21,35 +21,48 @@ class NeuralCleanse(FeatureFamily):
     description = "Per-target-class mask/pattern inversion (Neural Cleanse): smallest trigger area and its outlierness."
     needs = frozenset({"weights", "gradients", "clean_examples"})
 
-    def __init__(self, steps: int = 120, lr: float = 0.1, l1: float = 0.02, per_class: int = 10, seed: int = 0):
+    def __init__(self, steps: int = 80, lr: float = 0.2, l1: float = 5.0, per_class: int = 5, success: float = 0.9,
+                 seed: int = 0) -> None:
         self.steps = steps
         self.lr = lr
         self.l1 = l1
         self.per_class = per_class
+        self.success = success
         self.seed = seed
 
     def _invert(self, ctx, target: int, x: np.ndarray) -> tuple[float, float]:
+        """(smallest mask area that sent >= ``success`` of the images to ``target``, best success rate).
+
+        The L1 weight adapts as in Neural Cleanse: up while the attack succeeds (shrink the mask), down while
+        it does not; the area is 1.0 when no mask ever succeeded.
+        """
         import torch
         from torch.nn import functional as F  # noqa: N812
 
         gen = torch.Generator().manual_seed(self.seed * 1000 + target)
         size = x.shape[-1]
-        mask_logit = (torch.randn(1, 1, size, size, generator=gen) * 0.1 - 2.0).requires_grad_(True)
+        mask_logit = (torch.randn(1, 1, size, size, generator=gen) * 0.1 - 3.0).requires_grad_(True)
         pattern_logit = (torch.randn(1, 3, size, size, generator=gen) * 0.1).requires_grad_(True)
         opt = torch.optim.Adam([mask_logit, pattern_logit], lr=self.lr)
         xt = torch.from_numpy(x)
         yt = torch.full((len(x),), target, dtype=torch.long)
+        lam, best_area, best_success = self.l1, 1.0, 0.0
         for _ in range(self.steps):
             m = torch.sigmoid(mask_logit)
-            stamped = (1 - m) * xt + m * torch.sigmoid(pattern_logit)
-            loss = F.cross_entropy(ctx.model(stamped), yt) + self.l1 * m.mean() * size
+            logits = ctx.model((1 - m) * xt + m * torch.sigmoid(pattern_logit))
+            area = m.mean()
+            loss = F.cross_entropy(logits, yt) + lam * area
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-        with torch.inference_mode():
-            m = torch.sigmoid(mask_logit)
-            pred = ctx.model((1 - m) * xt + m * torch.sigmoid(pattern_logit)).argmax(1)
-            return float(m.mean()), float((pred == target).float().mean())
+            rate = float((logits.detach().argmax(1) == yt).float().mean())
+            best_success = max(best_success, rate)
+            if rate >= self.success:
+                best_area = min(best_area, float(area.detach()))
+                lam = min(lam * 1.3, 1e4)
+            else:
+                lam = max(lam / 1.3, 1e-2)
+        return best_area, best_success
 
     def compute(self, ctx) -> dict[str, float]:
         areas, success = [], []
@@ -66,15 +79,16 @@ class NeuralCleanse(FeatureFamily):
         s = np.asarray(success, dtype=np.float64)
         k = int(a.argmin())
         med = float(np.median(a))
-        mad = 1.4826 * float(np.median(np.abs(a - med))) + 1e-9
+        mad = 1.4826 * float(np.median(np.abs(a - med))) + 1e-6
         rest = np.delete(a, k)
         return {
             "min_area": float(a[k]),
             "median_area": med,
-            "min_over_median": float(a[k] / max(med, 1e-9)),
-            "min_over_second": float(a[k] / max(rest.min(), 1e-9)) if len(rest) else 1.0,
-            "anomaly_index": float((med - a[k]) / mad),
-            "log_min_area": float(np.log(a[k] + 1e-6)),
+            "min_over_median": float(a[k] / max(med, 1e-6)),
+            "min_over_second": float(a[k] / max(rest.min(), 1e-6)) if len(rest) else 1.0,
+            "anomaly_index": float(min((med - a[k]) / mad, 50.0)),
+            "log_min_area": float(np.log(a[k] + 1e-4)),
+            "log_median_area": float(np.log(med + 1e-4)),
             "success_at_min": float(s[k]),
             "mean_success": float(s.mean()),
         }
