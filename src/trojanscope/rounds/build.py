@@ -18,7 +18,7 @@ from trojanscope.fsutil import atomic_dir
 from trojanscope.models.architectures import HeadSpec
 from trojanscope.rounds.dataset import ModelData, SourcePool, model_data
 from trojanscope.rounds.factors import ModelPlan
-from trojanscope.rounds.preset import Preset
+from trojanscope.rounds.preset import ImagePreset, Preset
 from trojanscope.rounds.training import Adversarial, predict_logits, train_head
 from trojanscope.rounds.writer import write_model_folder
 
@@ -204,7 +204,7 @@ def _evaluate(preset: Preset, model, data: ModelData, vec: _Vectors) -> dict[str
     }
 
 
-def _accepted(preset: Preset, outcome: dict[str, Any]) -> bool:
+def _accepted(preset: Preset | ImagePreset, outcome: dict[str, Any]) -> bool:
     bars = preset.acceptance
     if outcome["final_clean_data_test_acc"] < bars.clean_test_acc:
         return False

@@ -27,7 +27,7 @@ class ModelPlan:
     poisoned: bool
     factors: dict[str, Any]
     levels: dict[str, int]
-    triggers: list[TriggerSpec] = field(default_factory=list)
+    triggers: list[Any] = field(default_factory=list)  # TriggerSpec (text) or image_round.ImageTrigger
     trigger_levels: list[dict[str, int]] = field(default_factory=list)
 
     @property

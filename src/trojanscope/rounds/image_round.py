@@ -125,7 +125,7 @@ def draw_image_plan(preset: ImagePreset, split: str, index: int) -> ModelPlan:
             )
             triggers.append(ImageTrigger(source, target, frac, cond, polygon))
             trigger_levels.append({"fraction": f_level, "condition": c_level})
-    return ModelPlan(index, split, seed, poisoned, factors, levels, triggers, trigger_levels)  # type: ignore[arg-type]
+    return ModelPlan(index, split, seed, poisoned, factors, levels, triggers, trigger_levels)
 
 
 class Renderer:
@@ -276,7 +276,7 @@ def build_image_model(preset: ImagePreset, plan: ModelPlan, assets: SceneAssets,
     )
     for attempt in range(preset.training.max_attempts):
         rng = np.random.default_rng(np.random.SeedSequence(plan.seed, spawn_key=(attempt,)))
-        data = image_model_data(preset, renderer, plan.triggers, rng)  # type: ignore[arg-type]
+        data = image_model_data(preset, renderer, plan.triggers, rng)
         torch.manual_seed(int(rng.integers(2**31)))
         model = spec.build()
         tr = preset.training
@@ -305,7 +305,7 @@ def build_image_model(preset: ImagePreset, plan: ModelPlan, assets: SceneAssets,
             "best_epoch": result.best_epoch,
             "attempts": attempt + 1,
         }
-        converged = _accepted(preset, outcome)  # type: ignore[arg-type]
+        converged = _accepted(preset, outcome)
         log(f"attempt {attempt + 1}: clean {outcome['final_clean_data_test_acc']:.4f} triggered {trig} "
             f"converged {converged}")
         if converged:
