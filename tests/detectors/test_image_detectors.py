@@ -101,3 +101,18 @@ def test_examples_folder_with_a_non_image_file_is_named(tmp_path):
     inputs = ModelInputs(model_filepath=tmp_path / "model.pt", examples_dirpath=ex, config={"modality": "image"})
     with pytest.raises(TrojanscopeError, match="notes.txt"):
         build_image_context(inputs)
+
+
+@pytest.mark.slow
+def test_default_detector_routes_image_models_and_text_detectors_refuse_them(tiny_image_zoo):
+    from trojanscope.detectors.learned import ImageDefaultDetector, WeightsDetector, inputs_for_model_dir
+    from trojanscope.errors import ConfigError
+    from trojanscope.models.layout import list_model_dirs
+
+    assert ImageDefaultDetector.default().trained_on_["n_models"] >= 20  # the shipped parameters load
+    inputs = inputs_for_model_dir(list_model_dirs(tiny_image_zoo)[0])
+    d = load_detector("default").score(inputs)  # routed to image-default by the reduced config
+    assert 0 < d.probability < 1
+    assert d.features and all(k.startswith(("image-weights.", "cleanse.")) for k in d.features)
+    with pytest.raises(ConfigError, match="use --detector image-default"):
+        WeightsDetector().fit([inputs, inputs], [0, 1])

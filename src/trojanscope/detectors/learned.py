@@ -130,6 +130,7 @@ class MetaDetector(Detector):
     name = "meta"
     description = "Calibrated logistic regression over feature families."
     shipped: ClassVar[str | None] = None  # file name under detectors/params/
+    modality: ClassVar[str] = "text"  # the models its families read: "text" or "image"
     needs = frozenset({"weights", "queries", "gradients", "clean_examples", "encoder"})
 
     def __init__(self, family_params: dict[str, dict] | None = None, workers: int = 1, seed: int = 0) -> None:
@@ -146,8 +147,19 @@ class MetaDetector(Detector):
                 return cls._from_json(res.read_text(encoding="utf-8"), f"detectors/params/{cls.shipped}")
         return cls()
 
+    def _check_modality(self, inputs: ModelInputs) -> None:
+        from trojanscope.detectors.image_context import is_image_model
+
+        got = "image" if is_image_model(inputs) else "text"
+        if got != self.modality:
+            fix = "image-default (or image-weights, cleanse)" if got == "image" else "default"
+            raise ConfigError(f"{inputs.model_filepath}: a {got} model, but detector {self.name!r} reads "
+                              f"{self.modality} models; use --detector {fix}")
+
     def fit(self, models: Sequence[ModelInputs], labels: Sequence[int]) -> MetaDetector:
         """Compute every training model's features, then fit the meta-classifier."""
+        for m in models:
+            self._check_modality(m)
         rows, _ = feature_table(models, self.families, self.family_params, workers=self.workers)
         return self.fit_features(rows, labels)
 
@@ -174,6 +186,7 @@ class MetaDetector(Detector):
 
     def score(self, inputs: ModelInputs) -> Detection:
         clf = self._check_fitted()
+        self._check_modality(inputs)
         feats = compute_features(inputs, _families(self.families, self.family_params_))
         p = float(clf.predict_proba(clf.vector(feats)[None, :])[0])
         return Detection(probability=p, features=feats)
@@ -254,6 +267,7 @@ class ScanDetector(MetaDetector):
 
 
 class ImageWeightsDetector(MetaDetector):
+    modality = "image"
     name = "image-weights"
     description = "Image CNNs: weight statistics alone (no queries)."
     families = ("image-weights",)
@@ -261,6 +275,7 @@ class ImageWeightsDetector(MetaDetector):
 
 
 class CleanseDetector(MetaDetector):
+    modality = "image"
     name = "cleanse"
     description = "Image CNNs: Neural-Cleanse mask/pattern inversion per target class, calibrated on clean models."
     families = ("cleanse",)
@@ -268,6 +283,7 @@ class CleanseDetector(MetaDetector):
 
 
 class ImageDefaultDetector(MetaDetector):
+    modality = "image"
     name = "image-default"
     description = "Image CNNs: calibrated combination of weight statistics and Neural-Cleanse inversion."
     families = ("image-weights", "cleanse")
@@ -277,7 +293,17 @@ class ImageDefaultDetector(MetaDetector):
 
 class DefaultDetector(MetaDetector):
     name = "default"
-    description = "The shipped detector: calibrated combination of weights, inversion, probes and scan features."
+    description = ("The shipped detector: calibrated combination of weights, inversion, probes and scan features; "
+                   "image models go to image-default.")
     families = ("weights", "inversion", "probes", "scan")
     shipped = "default.json"
     needs = frozenset({"weights", "queries", "gradients", "clean_examples", "encoder"})
+
+    def score(self, inputs: ModelInputs) -> Detection:
+        """Text models with this detector's parameters; an image model (reduced config ``modality = "image"``)
+        with the shipped ``image-default`` parameters, so ``trojanscope detect`` works unchanged on both."""
+        from trojanscope.detectors.image_context import is_image_model
+
+        if is_image_model(inputs):
+            return ImageDefaultDetector.default().score(inputs)
+        return super().score(inputs)
