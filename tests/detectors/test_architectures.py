@@ -10,7 +10,7 @@ import torch
 
 from trojanscope.detectors.context import ModelContext
 from trojanscope.detectors.features import FEATURES
-from trojanscope.models.architectures import ARCHITECTURES, HeadSpec
+from trojanscope.models.architectures import TEXT_ARCHITECTURES, HeadSpec
 
 LIGHT = {"inversion": {"steps": 3}, "probes": {"n_random": 2, "n_pcs": 2}}
 
@@ -28,7 +28,7 @@ def _ctx(arch: str, n_classes: int = 2) -> ModelContext:
     return ModelContext(inputs=ModelInputs(model_filepath=None), head=head, x=x, y=y, n_classes=n_classes)
 
 
-@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+@pytest.mark.parametrize("arch", sorted(TEXT_ARCHITECTURES))
 @pytest.mark.parametrize("family", ["weights", "inversion", "probes"])
 def test_family_on_every_architecture(arch, family):
     fam = FEATURES.get(family)(**LIGHT.get(family, {}))

@@ -18,6 +18,8 @@ from trojanscope.errors import LayoutError
 EXAMPLE_DIR_NAMES = ("clean_example_data", "example_data", "clean-example-data")
 MODEL_FILE = "model.pt"
 
+# What an image model's reduced config adds: how its input is made (NCHW, BGR, min-max).
+IMAGE_CONFIG_KEYS = ("modality", "image_size", "image_channel_order", "image_scaling")
 # The keys a detector may see (TrojAI's reduced config), plus data-path keys.
 REDUCED_CONFIG_KEYS = (
     "cls_token_is_first",
@@ -29,10 +31,7 @@ REDUCED_CONFIG_KEYS = (
     "embedding_max_length",
     "source_dataset",
     "number_classes",
-    "modality",
-    "image_size",
-    "image_channel_order",
-    "image_scaling",
+    *IMAGE_CONFIG_KEYS,
 )
 
 

@@ -25,6 +25,7 @@ class FeatureFamily:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     needs: ClassVar[frozenset[str]] = frozenset()
+    modality: ClassVar[str] = "text"  # the context it reads: "text" (ModelContext) or "image" (ImageContext)
 
     def prepare(self, ctx: Any) -> None:
         """One-off work shared by many models (e.g. a table keyed by the encoder); default: none."""

@@ -20,6 +20,7 @@ class NeuralCleanse(FeatureFamily):
     name = "cleanse"
     description = "Per-target-class mask/pattern inversion (Neural Cleanse): smallest trigger area and its outlierness."
     needs = frozenset({"weights", "gradients", "clean_examples"})
+    modality = "image"
 
     def __init__(self, steps: int = 80, lr: float = 0.2, l1: float = 5.0, per_class: int = 5, success: float = 0.9,
                  seed: int = 0) -> None:

@@ -37,6 +37,7 @@ class ImageWeightStats(FeatureFamily):
     name = "image-weights"
     description = "Spectra and tails of the first/last conv layers; outlying class rows of the final layer."
     needs = frozenset({"weights"})
+    modality = "image"
 
     def compute(self, ctx) -> dict[str, float]:
         import torch
