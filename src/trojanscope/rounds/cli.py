@@ -28,9 +28,12 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         """Generate a round of clean and trojaned classifiers in TrojAI's on-disk layout.
 
         Each model is built in a temp folder and renamed into place when complete, so an interrupted
-        run never leaves a partial model; re-running finishes the missing ones. Example:
+        run never leaves a partial model; re-running finishes the missing ones. Text presets (round5-cpu,
+        round6-cpu, dynasent-cpu, round5) train heads on a frozen encoder's summary vectors; image presets
+        (round1-cpu; faithful round0/round1 need torchvision) train CNNs on synthetic sign scenes. Examples:
 
             trojanscope zoo make --preset round5-cpu --split train --count 8 --out zoo/r5-train --workers 2
+            trojanscope zoo make --preset round1-cpu --split test --count 4 --out zoo/r1-test --workers 2
         """
         from trojanscope.rounds.summary import print_summary
         from trojanscope.rounds.zoo import make_zoo
