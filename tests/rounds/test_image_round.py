@@ -117,3 +117,13 @@ def test_faithful_image_presets_say_what_they_need(tmp_path, data_root) -> None:
     with pytest.raises(TrojanscopeError, match="needs torchvision"):
         make_zoo("round1", "train", 1, tmp_path / "z", data_root=data_root, progress=False)
     assert not list((tmp_path / "z" / "models").glob("*"))
+
+
+def test_too_few_signs_for_the_classes_is_one_line(tmp_path, data_root, image_preset_text) -> None:
+    from trojanscope.rounds.zoo import make_zoo
+
+    preset = tmp_path / "p.toml"
+    preset.write_text(image_preset_text(**{r'signs = "gtsrb_pictograms"': 'signs = "nist_synthetic"',
+                                           r"n_classes = 3": "n_classes = 12"}))
+    with pytest.raises(ConfigError, match="has 10 signs but the preset needs n_classes = 12"):
+        make_zoo(preset, "train", 1, tmp_path / "z", data_root=data_root, progress=False)

@@ -24,6 +24,7 @@ import torch
 
 from trojanscope.data.images import SignImage, load_backgrounds, load_signs, save_png, to_model_input
 from trojanscope.data.synth import TransformRanges, composite, draw_transform
+from trojanscope.errors import ConfigError
 from trojanscope.fsutil import atomic_dir
 from trojanscope.models.architectures import HeadSpec
 from trojanscope.models.layout import reduce_config
@@ -72,8 +73,9 @@ def check_architectures(preset: ImagePreset) -> None:
 def load_assets(preset: ImagePreset, data_root: Path) -> SceneAssets:
     signs = load_signs(data_root, preset.images.signs)
     if len(signs) < preset.n_classes:
-        raise ValueError(
-            f"sign family {preset.images.signs} has {len(signs)} signs; the preset needs n_classes = {preset.n_classes}"
+        raise ConfigError(
+            f"sign family {preset.images.signs} has {len(signs)} signs but the preset needs n_classes = "
+            f"{preset.n_classes}; lower n_classes or choose a larger family"
         )
     return SceneAssets(signs=signs, backgrounds=[_downscale(rgb, 4 * preset.images.size) for _, rgb in
                                                  load_backgrounds(data_root)])
