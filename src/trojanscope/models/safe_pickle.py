@@ -1,6 +1,6 @@
 """The allow-list unpickler every model file goes through.
 
-Model files are untrusted: ``torch.load(weights_only=False)`` of a whole-module pickle runs whatever
+Model files are untrusted: a full (not weights-only) torch load of a whole-module pickle runs whatever
 callables the pickle names. We read every file with torch's own restricted unpickler
 (``torch.load(weights_only=True)``, zip and legacy formats alike), which by default builds only
 tensors, storages and plain containers, and we extend its allow-list by exactly the classes a TrojAI
@@ -98,7 +98,9 @@ def safe_unpickle(path: Path | str) -> Any:
             with _LOCK, torch.serialization.safe_globals(safe):
                 return torch.load(path, map_location="cpu", weights_only=True, mmap=False)
         # torch's weights_only unpickler refuses the legacy format's ("module", cls, ...) persistent
-        # ids that whole-module pickles carry, so legacy files go through our restricted pickle module.
+        # ids that whole-module pickles carry (checked again with torch 2.13, safe_globals given), so
+        # legacy files go through our restricted pickle module: weights_only=False only switches off
+        # torch's unpickler in favour of ours, which resolves nothing outside the same allow-list.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch warns that the stand-ins have no source to compare
             return torch.load(path, map_location="cpu", weights_only=False,

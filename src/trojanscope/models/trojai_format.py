@@ -173,11 +173,11 @@ MODEL_FACTORIES_SOURCE = '''\
 """Classifier classes of a trojanscope round exported in TrojAI format (Round 5/6 ``model_factories``).
 
 Each ``models/id-*/model.pt`` is a whole pickled instance of one of these classes. A detector written for
-TrojAI loads it with plain ``torch.load(path, weights_only=False)`` once this file is importable as
-``model_factories``: put the folder holding it on ``sys.path`` (``sys.path.insert(0, ZOO)``), set
-``PYTHONPATH=ZOO``, or copy it next to the detector. Inputs are ``[N, 1, E]`` summary vectors; outputs
-are logits ``[N, C]``. trojanscope itself never unpickles these classes: ``trojanscope.load_model``
-reads the weights through an allow-list.
+TrojAI unpickles it whole (a full, code-running torch load: do that only for zoos you made or trust) once
+this file is importable as ``model_factories``: put the folder holding it on ``sys.path``
+(``sys.path.insert(0, ZOO)``), set ``PYTHONPATH=ZOO``, or copy it next to the detector. Inputs are
+``[N, 1, E]`` summary vectors; outputs are logits ``[N, C]``. trojanscope itself never unpickles these
+classes: ``trojanscope.load_model`` reads the weights through an allow-list.
 """
 
 import torch
