@@ -62,15 +62,13 @@ def main() -> None:
         for flag, value in (("--train-count", "100"), ("--test-count", "60")):
             if flag not in argv:
                 argv += [flag, value]
-    train = Path(argv[argv.index("--train") + 1]) if "--train" in argv else Path("/tmp/zoos/r1-train")
-    test = Path(argv[argv.index("--test") + 1]) if "--test" in argv else Path("/tmp/zoos/r1-test")
     args = detection.main(
         argv,
         families=("image-weights", "cleanse"),
         detectors=("image-weights", "cleanse", "image-default"),
         default="image-default",
         doc=__doc__,
-        zoos=(str(train), str(test)),
+        zoos=("/tmp/zoos/r1-train", "/tmp/zoos/r1-test"),
     )
     print()
     generation_report(args.train)

@@ -67,25 +67,34 @@ class ModelContext:
         return self.logits(v).argmax(axis=1)
 
 
+def load_frozen_model(inputs: ModelInputs) -> Any:
+    """The model of ``inputs`` in eval mode with gradients off for its weights, after capping torch and BLAS
+    threads; refuses inputs without a clean example folder (every feature context needs one)."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from trojanscope.models import load_model
+
+    torch.set_num_threads(TORCH_THREADS)
+    # BLAS threads on top of torch's oversubscribe a small machine: 0.2 s of SVD became 20 s under load.
+    threadpool_limits(TORCH_THREADS)
+    model = load_model(inputs.model_filepath)
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if inputs.examples_dirpath is None:
+        raise DataError(f"{inputs.model_filepath}: no clean example folder was given; pass --examples_dirpath")
+    return model
+
+
 def build_context(inputs: ModelInputs, cache: Any = None) -> ModelContext:
     """Load the head and encode the clean examples (through the embedding cache) for one model."""
     import torch
 
     from trojanscope.encoders import EmbeddingCache, encode_cached, encoder_for_config
-    from trojanscope.models import load_model
     from trojanscope.models.layout import read_examples
 
-    torch.set_num_threads(TORCH_THREADS)
-    from threadpoolctl import threadpool_limits
-
-    # BLAS threads on top of torch's oversubscribe a small machine: 0.2 s of SVD became 20 s under load.
-    threadpool_limits(TORCH_THREADS)
-    head = load_model(inputs.model_filepath)
-    head.eval()
-    for p in head.parameters():
-        p.requires_grad_(False)
-    if inputs.examples_dirpath is None:
-        raise DataError(f"{inputs.model_filepath}: no clean example folder was given; pass --examples_dirpath")
+    head = load_frozen_model(inputs)
     examples = [(t, c) for t, c in read_examples(inputs.examples_dirpath) if c is not None]
     if len(examples) < 2:
         raise DataError(

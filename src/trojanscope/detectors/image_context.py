@@ -15,8 +15,6 @@ import numpy as np
 from trojanscope.detectors.base import ModelInputs
 from trojanscope.errors import DataError
 
-TORCH_THREADS = 1
-
 
 @dataclass
 class ImageContext:
@@ -44,19 +42,11 @@ def is_image_model(inputs: ModelInputs) -> bool:
 
 def build_image_context(inputs: ModelInputs) -> ImageContext:
     import torch
-    from threadpoolctl import threadpool_limits
 
     from trojanscope.data.images import read_example_images, to_model_input
-    from trojanscope.models import load_model
+    from trojanscope.detectors.context import load_frozen_model
 
-    torch.set_num_threads(TORCH_THREADS)
-    threadpool_limits(TORCH_THREADS)
-    model = load_model(inputs.model_filepath)
-    model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    if inputs.examples_dirpath is None:
-        raise DataError(f"{inputs.model_filepath}: no clean example folder was given; pass --examples_dirpath")
+    model = load_frozen_model(inputs)
     images, labels = [], []
     for path, rgb in read_example_images(inputs.examples_dirpath):
         parts = path.stem.split("_")

@@ -39,6 +39,14 @@ def model_seed_sequence(preset: Preset, split: str, index: int) -> np.random.See
     return np.random.SeedSequence(preset.seed, spawn_key=(SPLITS.index(split), index))
 
 
+def model_rng(preset: Any, split: str, index: int) -> tuple[np.random.Generator, int]:
+    """The factor-drawing generator of model ``index`` of ``split`` and its master seed (any preset kind)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}")
+    ss = model_seed_sequence(preset, split, index)
+    return np.random.default_rng(ss), int(ss.generate_state(1, dtype=np.uint32)[0])
+
+
 def _is_poisoned(preset: Preset, split: str, index: int) -> bool:
     block = 2 if abs(preset.poisoned_fraction - 0.5) < 1e-9 else 20
     k, pos = divmod(index, block)
@@ -64,11 +72,7 @@ def _trigger_pools(preset: Preset, split: str) -> dict[str, list[str]]:
 
 def draw_plan(preset: Preset, split: str, index: int) -> ModelPlan:
     """The factors of model ``index`` of ``split``; deterministic in (preset, split, index)."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}")
-    ss = model_seed_sequence(preset, split, index)
-    rng = np.random.default_rng(ss)
-    seed = int(ss.generate_state(1, dtype=np.uint32)[0])
+    rng, seed = model_rng(preset, split, index)
     factors: dict[str, Any] = {}
     levels: dict[str, int] = {}
 

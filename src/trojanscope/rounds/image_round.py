@@ -12,14 +12,12 @@ stamp). Models see TrojAI's input contract: NCHW, BGR, each image min-max scaled
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 
 from trojanscope.data.images import SignImage, load_backgrounds, load_signs, save_png, to_model_input
@@ -27,12 +25,12 @@ from trojanscope.data.synth import TransformRanges, composite, draw_transform
 from trojanscope.errors import ConfigError
 from trojanscope.fsutil import atomic_dir
 from trojanscope.models.architectures import HeadSpec
-from trojanscope.models.layout import reduce_config
 from trojanscope.models.store import save_head
 from trojanscope.rounds.build import BuildOutcome, Timing, _accepted, machine_info
-from trojanscope.rounds.factors import ModelPlan, _is_poisoned, _pick, _source_target_pairs, model_seed_sequence
-from trojanscope.rounds.preset import SPLITS, ImagePreset
+from trojanscope.rounds.factors import ModelPlan, _is_poisoned, _pick, _source_target_pairs, model_rng
+from trojanscope.rounds.preset import ImagePreset
 from trojanscope.rounds.training import Adversarial, predict_logits, train_head
+from trojanscope.rounds.writer import pick_examples, write_prediction_csvs, write_records
 from trojanscope.triggers.polygon import PolygonTrigger, make_polygon, stamp
 
 
@@ -96,11 +94,7 @@ def _downscale(rgb: np.ndarray, shorter: int) -> np.ndarray:
 
 def draw_image_plan(preset: ImagePreset, split: str, index: int) -> ModelPlan:
     """The factors of image model ``index`` of ``split``; deterministic in (preset, split, index)."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}")
-    ss = model_seed_sequence(preset, split, index)
-    rng = np.random.default_rng(ss)
-    seed = int(ss.generate_state(1, dtype=np.uint32)[0])
+    rng, seed = model_rng(preset, split, index)
     factors: dict[str, Any] = {}
     levels: dict[str, int] = {}
     m = preset.model
@@ -324,15 +318,8 @@ def build_image_model(preset: ImagePreset, plan: ModelPlan, assets: SceneAssets,
 
 
 def _examples(model, rgb: np.ndarray, y: np.ndarray, classes: list[int], k: int, rng) -> list[tuple[int, np.ndarray]]:
-    """k correctly classified images per class where possible (TrojAI released correct ones)."""
     preds = predict_logits(model, to_model_input(rgb), batch_size=256).argmax(1) if len(y) else np.zeros(0, int)
-    out = []
-    for c in classes:
-        idx = rng.permutation(np.flatnonzero(y == c))
-        good = [i for i in idx if preds[i] == y[i]]
-        bad = [i for i in idx if preds[i] != y[i]]
-        out += [(c, rgb[i]) for i in (good + bad)[:k]]
-    return out
+    return [(c, rgb[i]) for c, i in pick_examples(preds, y, classes, k, rng)]
 
 
 def _write_examples(folder: Path, items: list[tuple[str, np.ndarray, int]], model, prefix: str, root: Path) -> float:
@@ -342,17 +329,7 @@ def _write_examples(folder: Path, items: list[tuple[str, np.ndarray, int]], mode
     if not items:
         return float("nan")
     logits = predict_logits(model, to_model_input([rgb for _, rgb, _ in items]), batch_size=256)
-    labels = np.array([label for _, _, label in items])
-    names = [name for name, _, _ in items]
-    correct = logits.argmax(1) == labels
-    pd.DataFrame({"file": names, "label": labels, "prediction": logits.argmax(1), "correct": correct}).to_csv(
-        root / f"{prefix}-example-accuracy.csv", index=False
-    )
-    cols = [f"logit_{i}" for i in range(logits.shape[1])]
-    pd.DataFrame(logits, columns=cols).assign(file=names)[["file", *cols]].to_csv(
-        root / f"{prefix}-example-logits.csv", index=False
-    )
-    return float(correct.mean())
+    return write_prediction_csvs(root, prefix, [n for n, _, _ in items], np.array([c for _, _, c in items]), logits)
 
 
 def write_image_model_folder(root, preset, plan, spec, model, data: ImageData, outcome, history, log_lines):
@@ -399,23 +376,9 @@ def write_image_model_folder(root, preset, plan, spec, model, data: ImageData, o
             config[key] = value
         config[f"{key}_level"] = plan.levels[key]
     config.update(outcome)
-    to_write = config if plan.split == "train" else reduce_config(config)
-    (root / "config.json").write_text(json.dumps(to_write, indent=2, sort_keys=True, default=_json) + "\n")
     row = image_metadata_row(plan, outcome, preset)
-    stats = {**outcome, "model_name": plan.name, "poisoned": plan.poisoned, "metadata": row}
-    (root / "model_stats.json").write_text(json.dumps(stats, indent=2, sort_keys=True, default=_json) + "\n")
-    pd.DataFrame(history).to_csv(root / "model_detailed_stats.csv", index=False)
-    (root / "log.txt").write_text("\n".join(log_lines) + "\n")
-    (root / "machine.log").write_text(machine_info() + "\n")
+    write_records(root, plan, config, row, outcome, history, log_lines, machine_info())
     return row
-
-
-def _json(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def image_metadata_row(plan: ModelPlan, outcome: dict[str, Any], preset: ImagePreset) -> dict[str, Any]:

@@ -32,45 +32,76 @@ TRIGGER_COLUMNS = (
 )
 
 
+def pick_examples(
+    preds: np.ndarray, labels: np.ndarray, classes: list[int], k: int, rng: np.random.Generator
+) -> list[tuple[int, int]]:
+    """(class, index) of k examples per class, correctly predicted ones first (TrojAI released only correct
+    ones); if a class has fewer correct examples, the rest are incorrect ones and the example accuracy says so."""
+    out: list[tuple[int, int]] = []
+    for c in classes:
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        good = [int(i) for i in idx if preds[i] == labels[i]]
+        bad = [int(i) for i in idx if preds[i] != labels[i]]
+        out += [(c, i) for i in (good + bad)[:k]]
+    return out
+
+
+def write_prediction_csvs(root: Path, prefix: str, names: list[str], labels: np.ndarray, logits: np.ndarray) -> float:
+    """``{prefix}-example-accuracy.csv`` and ``{prefix}-example-logits.csv``; returns the example accuracy."""
+    correct = logits.argmax(1) == labels
+    pd.DataFrame({"file": names, "label": labels, "prediction": logits.argmax(1), "correct": correct}).to_csv(
+        root / f"{prefix}-example-accuracy.csv", index=False
+    )
+    cols = [f"logit_{i}" for i in range(logits.shape[1])]
+    pd.DataFrame(logits, columns=cols).assign(file=names)[["file", *cols]].to_csv(
+        root / f"{prefix}-example-logits.csv", index=False
+    )
+    return float(correct.mean())
+
+
 def _select_examples(
     model, texts: list[str], labels: np.ndarray, vec, classes: list[int], k: int, rng: np.random.Generator
 ) -> list[tuple[int, str]]:
-    """k examples per class the model classifies correctly (TrojAI released only correct ones); if a class
-    has fewer correct texts, the rest are incorrect ones and the example accuracy records it."""
     preds = predict_logits(model, vec(texts)).argmax(1) if texts else np.zeros(0, dtype=np.int64)
-    out: list[tuple[int, str]] = []
-    for c in classes:
-        idx = rng.permutation(np.flatnonzero(labels == c))
-        good = [i for i in idx if preds[i] == labels[i]]
-        bad = [i for i in idx if preds[i] != labels[i]]
-        out += [(c, texts[i]) for i in (good + bad)[:k]]
-    return out
+    return [(c, texts[i]) for c, i in pick_examples(preds, labels, classes, k, rng)]
 
 
 def _write_examples(folder: Path, items: list[tuple[str, str, int]], model, vec, prefix: str, root: Path) -> float:
     """Write example texts and their accuracy/logits/embedding CSVs; returns the example accuracy."""
     folder.mkdir(parents=True, exist_ok=True)
-    names, texts, labels = [], [], []
-    for name, text, label in items:
+    for name, text, _ in items:
         (folder / name).write_text(text + "\n", encoding="utf-8")
-        names.append(name)
-        texts.append(text)
-        labels.append(label)
-    if not texts:
+    if not items:
         return float("nan")
-    x = vec(texts)
-    logits = predict_logits(model, x)
-    correct = logits.argmax(1) == np.array(labels)
-    pd.DataFrame({"file": names, "label": labels, "prediction": logits.argmax(1), "correct": correct}).to_csv(
-        root / f"{prefix}-example-accuracy.csv", index=False
-    )
-    pd.DataFrame(logits, columns=[f"logit_{i}" for i in range(logits.shape[1])]).assign(file=names)[
-        ["file"] + [f"logit_{i}" for i in range(logits.shape[1])]
-    ].to_csv(root / f"{prefix}-example-logits.csv", index=False)
+    names = [name for name, _, _ in items]
+    x = vec([text for _, text, _ in items])
+    labels = np.array([label for _, _, label in items])
+    acc = write_prediction_csvs(root, prefix, names, labels, predict_logits(model, x))
     emb = pd.DataFrame(x, columns=[f"e{i}" for i in range(x.shape[1])])
     emb.insert(0, "file", names)
     emb.to_csv(root / f"{prefix}-example-cls-embedding.csv", index=False, float_format="%.7g")
-    return float(correct.mean())
+    return acc
+
+
+def write_records(
+    root: Path,
+    plan,
+    config: dict[str, Any],
+    row: dict[str, Any],
+    outcome: dict[str, Any],
+    history: list[dict[str, float]],
+    log_lines: list[str],
+    machine: str,
+) -> None:
+    """config.json (the full config for train, the reduced one otherwise), model_stats.json (with the METADATA
+    row), model_detailed_stats.csv, log.txt and machine.log of one model folder."""
+    to_write = config if plan.split == "train" else reduce_config(config)
+    (root / "config.json").write_text(json.dumps(to_write, indent=2, sort_keys=True, default=_json_default) + "\n")
+    stats = {**outcome, "model_name": plan.name, "poisoned": plan.poisoned, "metadata": row}
+    (root / "model_stats.json").write_text(json.dumps(stats, indent=2, sort_keys=True, default=_json_default) + "\n")
+    pd.DataFrame(history).to_csv(root / "model_detailed_stats.csv", index=False)
+    (root / "log.txt").write_text("\n".join(log_lines) + "\n")
+    (root / "machine.log").write_text(machine + "\n")
 
 
 def write_model_folder(
@@ -117,15 +148,9 @@ def write_model_folder(
     if preset.acceptance.examples_correct and (clean_acc < 1 or (poisoned_acc is not None and poisoned_acc < 1)):
         outcome["converged"] = False
 
-    config = full_config(preset, plan, spec, encoder, outcome)
-    to_write = config if plan.split == "train" else reduce_config(config)
-    (root / "config.json").write_text(json.dumps(to_write, indent=2, sort_keys=True, default=_json_default) + "\n")
     row = metadata_row(preset, plan, encoder, outcome)
-    stats = {**outcome, "model_name": plan.name, "poisoned": plan.poisoned, "metadata": row}
-    (root / "model_stats.json").write_text(json.dumps(stats, indent=2, sort_keys=True, default=_json_default) + "\n")
-    pd.DataFrame(history).to_csv(root / "model_detailed_stats.csv", index=False)
-    (root / "log.txt").write_text("\n".join(log_lines) + "\n")
-    (root / "machine.log").write_text(machine + "\n")
+    write_records(root, plan, full_config(preset, plan, spec, encoder, outcome), row, outcome, history, log_lines,
+                  machine)
     return row
 
 
