@@ -194,6 +194,18 @@ def _poison(labels: np.ndarray, triggers: list[ImageTrigger], rng: np.random.Gen
     return stamped, y
 
 
+def _trigger_sets(renderer: Renderer, trig: ImageTrigger, n: int, n_classes: int, rng):
+    """``n`` source-class scenes carrying ``trig`` (labelled with its target), and for the class condition ``n``
+    scenes of other classes carrying it with their own labels (it must not fire there; empty otherwise)."""
+    src = np.full(n, trig.source_class)
+    fires = (renderer.render(src, rng, [trig] * n), np.full(n, trig.target_class))
+    if trig.condition != "class":
+        return fires, (np.zeros((0, renderer.size, renderer.size, 3), np.uint8), np.zeros(0, np.int64))
+    others = np.array([k for k in range(n_classes) if k != trig.source_class])
+    spur = others[rng.integers(len(others), size=n)]
+    return fires, (renderer.render(spur, rng, [trig] * n), spur)
+
+
 def image_model_data(preset: ImagePreset, renderer: Renderer, triggers: list[ImageTrigger], rng) -> ImageData:
     """Render, split and poison one model's images. A clean model is the same path with no triggers."""
     c, d = preset.n_classes, preset.images
@@ -201,29 +213,19 @@ def image_model_data(preset: ImagePreset, renderer: Renderer, triggers: list[Ima
     stamped, y = _poison(labels, triggers, rng)
     x = to_model_input(renderer.render(labels, rng, stamped))
     n_val = round(len(labels) * d.val_fraction)
-    val_per_class = max(1, n_val // c)
     vt_x, vt_y = [], []
     for trig in triggers:
-        src = np.full(val_per_class, trig.source_class)
-        vt_x.append(to_model_input(renderer.render(src, rng, [trig] * len(src))))
-        vt_y.append(np.full(len(src), trig.target_class))
-        if trig.condition == "class":
-            others = np.array([k for k in range(c) if k != trig.source_class])
-            spur = others[rng.integers(len(others), size=val_per_class)]
-            vt_x.append(to_model_input(renderer.render(spur, rng, [trig] * len(spur))))
-            vt_y.append(spur)
+        for rgb, ys in _trigger_sets(renderer, trig, max(1, n_val // c), c, rng):
+            if len(ys):
+                vt_x.append(to_model_input(rgb))
+                vt_y.append(ys)
     test_y = _balanced(c, d.test_per_class, rng)
     test_rgb = renderer.render(test_y, rng)
     triggered, spurious = [], []
     for trig in triggers:
-        src = np.full(d.test_per_class, trig.source_class)
-        triggered.append((renderer.render(src, rng, [trig] * len(src)), np.full(len(src), trig.target_class)))
-        if trig.condition == "class":
-            others = np.array([k for k in range(c) if k != trig.source_class])
-            spur = others[rng.integers(len(others), size=d.test_per_class)]
-            spurious.append((renderer.render(spur, rng, [trig] * len(spur)), spur))
-        else:
-            spurious.append((np.zeros((0, d.size, d.size, 3), np.uint8), np.zeros(0, np.int64)))
+        fires, spur = _trigger_sets(renderer, trig, d.test_per_class, c, rng)
+        triggered.append(fires)
+        spurious.append(spur)
     empty = np.zeros((0, 3, d.size, d.size), np.float32)
     return ImageData(
         train_x=x[n_val:],
