@@ -23,6 +23,17 @@ if CHROMIUM is None or CHROMEDRIVER is None:
 webdriver = pytest.importorskip("selenium.webdriver", reason="pip install selenium (dev extra) to run browser tests")
 pytest.importorskip("trojanscope.scoring.harness", reason="the scoring harness has not landed yet")
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+WAIT_S = 20
+
+
+def wait_text(browser, element_id: str, text: str):  # type: ignore[no-untyped-def]
+    """The element once it shows ``text``: clicks that submit a form or follow a link return before the
+    next page has loaded, so a bare find_element can read the old page (or none)."""
+    WebDriverWait(browser, WAIT_S).until(EC.text_to_be_present_in_element((By.ID, element_id), text))
+    return browser.find_element(By.ID, element_id)
 
 
 @pytest.fixture
@@ -70,23 +81,24 @@ def test_upload_score_and_leaderboard_in_browser(live_server, browser, client, s
     # index -> round page
     browser.get(live_server + "/")
     browser.find_element(By.LINK_TEXT, "Round r1").click()
-    assert browser.find_element(By.ID, "round-status").text == "open"
+    assert wait_text(browser, "round-status", "open").text == "open"
     # a wrong token is refused on the page and nothing is queued
     browser.find_element(By.ID, "token").send_keys("ts_1_" + "x" * 43)
     browser.find_element(By.ID, "file").send_keys(str(good))
     browser.find_element(By.ID, "submit").click()
-    assert "does not belong to any team" in browser.find_element(By.ID, "error").text
+    assert "does not belong to any team" in wait_text(browser, "error", "does not belong").text
     assert client.get("/api/teams/alpha").json()["submissions"] == []
     # the right token: redirected to the new submission's page
     browser.find_element(By.ID, "token").send_keys(tokens["alpha"])
     browser.find_element(By.ID, "file").send_keys(str(good))
     browser.find_element(By.ID, "submit").click()
+    WebDriverWait(browser, WAIT_S).until(EC.url_contains("/submissions/1"))
     assert browser.current_url.endswith("/submissions/1")
-    assert browser.find_element(By.ID, "submission-status").text == "queued"
+    assert wait_text(browser, "submission-status", "queued").text == "queued"
     # score it, reload: the page shows each stage's scores and per-model rows under neutral names
     Worker(settings).run_until_idle()
     browser.refresh()
-    assert browser.find_element(By.ID, "submission-status").text == "scored"
+    assert wait_text(browser, "submission-status", "scored").text == "scored"
     api = client.get("/api/submissions/1").json()
     test_ce = next(s for s in api["stages"] if s["stage"] == "test")["scores"]["cross_entropy"]
     stages = browser.find_element(By.ID, "stages").text
@@ -104,5 +116,5 @@ def test_upload_score_and_leaderboard_in_browser(live_server, browser, client, s
     if os.environ.get("TROJANSCOPE_SCREENSHOT"):
         shutil.copyfile(shot, os.environ["TROJANSCOPE_SCREENSHOT"])
     table.find_element(By.LINK_TEXT, "alpha").click()
-    assert "Team alpha" in browser.find_element(By.TAG_NAME, "h1").text
-    assert "#1" in browser.find_element(By.ID, "team-submissions").text
+    WebDriverWait(browser, WAIT_S).until(EC.text_to_be_present_in_element((By.TAG_NAME, "h1"), "Team alpha"))
+    assert "#1" in wait_text(browser, "team-submissions", "#1").text
