@@ -4,8 +4,9 @@
         --train /tmp/zoos/r5-train --test /tmp/zoos/r5-test --out /tmp/det-bench [--workers 2] \
         [--generate round5-cpu --train-count 200 --test-count 100]
 
-1. Features of every family for every train and test model (cached in OUT/features-*.json, keyed by model
-   name, so a rerun on a grown zoo computes only the new models).
+1. Features of every family for every train and test model (cached in OUT/features-*.json per model and
+   family under a digest of that family's code, so a rerun on a grown zoo, or after changing one family,
+   computes only what is new).
 2. Each family alone (weights, inversion, probes, scan) and the combination (default) are fitted on the
    train features; test CE, its 95% CI, ROC-AUC and Brier come from ``trojanscope.scoring.metrics``.
    Nothing is tuned on the test zoo: C, the calibration and ε are chosen by cross-validation on train.
@@ -24,44 +25,66 @@ import resource
 import time
 from pathlib import Path
 
+from trojanscope.fsutil import atomic_write_bytes
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 FAMILIES = ("weights", "inversion", "probes", "scan")
 DETECTORS = ("weights", "inversion", "probes", "scan", "default")
 
 
-def _code_digest() -> str:
-    """A hash of the feature code, so cached features are recomputed after any change to it."""
+def _family_digest(family: str) -> str:
+    """A hash of the code one family's features depend on (its module, the shared context and the family
+    base), so changing or adding one family recomputes only that family's cached features."""
     import hashlib
+    import inspect
 
     import trojanscope.detectors as pkg
+    from trojanscope.detectors.features import FEATURES
 
     root = Path(pkg.__file__).parent
+    files = [root / "context.py", root / "image_context.py", root / "features" / "__init__.py",
+             root / "features" / "candidates.py", Path(inspect.getfile(FEATURES.get(family)))]
     h = hashlib.sha256()
-    for f in sorted([root / "context.py", root / "image_context.py", *(root / "features").glob("*.py")]):
+    for f in files:
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 
 def features_for(zoo: Path, cache_file: Path, workers: int, families: tuple[str, ...] = FAMILIES
                  ) -> tuple[list[str], list[dict], list[int | None], list]:
-    """(names, feature rows, labels, seconds) for every model of ``zoo``, computing only uncached models."""
+    """(names, feature rows, labels, seconds) for every model of ``zoo``.
+
+    The cache holds each family's features per model under that family's code digest: only the families
+    (and models) missing or changed since the last run are computed. Seconds are summed over families."""
     from trojanscope.detectors.learned import feature_table, inputs_for_model_dir
     from trojanscope.models.layout import list_model_dirs, read_ground_truth
 
-    cached = json.loads(cache_file.read_text()) if cache_file.is_file() else {}
-    if cached.pop("__code__", None) != _code_digest():
-        cached = {}  # the feature code changed since these were computed
+    cache = json.loads(cache_file.read_text()) if cache_file.is_file() else {}
+    if cache.get("format") != 2:
+        cache = {}  # an older single-digest cache: recompute
+    digests = {f: _family_digest(f) for f in families}
+    models = cache.setdefault("models", {})
+    codes = cache.setdefault("codes", {})
     dirs = list_model_dirs(zoo)
-    todo = [d for d in dirs if d.name not in cached]
-    if todo:
-        rows, secs = feature_table([inputs_for_model_dir(d) for d in todo], families, workers=workers)
-        for d, r, s in zip(todo, rows, secs, strict=True):
-            cached[d.name] = {"features": r, "seconds": s}
-        cache_file.write_text(json.dumps({**cached, "__code__": _code_digest()}))
+    for fam in families:
+        if codes.get(fam) != digests[fam]:
+            for entry in models.values():
+                entry.pop(fam, None)
+            codes[fam] = digests[fam]
+        todo = [d for d in dirs if fam not in models.get(d.name, {})]
+        if not todo:
+            continue
+        print(f"{zoo}: family {fam} for {len(todo)} models")
+        rows, secs = feature_table([inputs_for_model_dir(d) for d in todo], (fam,), workers=workers)
+        for d, r, sec in zip(todo, rows, secs, strict=True):
+            models.setdefault(d.name, {})[fam] = {"features": r, "seconds": sec}
+        cache["format"] = 2
+        atomic_write_bytes(cache_file, json.dumps(cache).encode())
     names = [d.name for d in dirs]
-    return (names, [cached[n]["features"] for n in names], [read_ground_truth(d) for d in dirs],
-            [cached[n]["seconds"] for n in names])
+    rows = [{k: v for fam in families for k, v in models[n][fam]["features"].items()} for n in names]
+    secs = [sum(models[n][fam]["seconds"] for fam in families) for n in names]
+    return names, rows, [read_ground_truth(d) for d in dirs], secs
 
 
 def main(argv: list[str] | None = None, *, families: tuple[str, ...] = FAMILIES,

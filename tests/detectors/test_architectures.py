@@ -12,7 +12,7 @@ from trojanscope.detectors.context import ModelContext
 from trojanscope.detectors.features import FEATURES
 from trojanscope.models.architectures import TEXT_ARCHITECTURES, HeadSpec
 
-LIGHT = {"inversion": {"steps": 3}, "probes": {"n_random": 2, "n_pcs": 2}}
+LIGHT = {"inversion": {"steps": 3}, "subspace": {"rounds": 2, "steps": 3}, "probes": {"n_random": 2, "n_pcs": 2}}
 
 
 def _ctx(arch: str, n_classes: int = 2) -> ModelContext:
@@ -29,7 +29,7 @@ def _ctx(arch: str, n_classes: int = 2) -> ModelContext:
 
 
 @pytest.mark.parametrize("arch", sorted(TEXT_ARCHITECTURES))
-@pytest.mark.parametrize("family", ["weights", "inversion", "probes"])
+@pytest.mark.parametrize("family", ["weights", "inversion", "subspace", "probes"])
 def test_family_on_every_architecture(arch, family):
     fam = FEATURES.get(family)(**LIGHT.get(family, {}))
     feats = fam.compute(_ctx(arch))

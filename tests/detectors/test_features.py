@@ -14,7 +14,8 @@ pytestmark = pytest.mark.slow
 
 
 # As conftest's light_params: the same code paths at smaller sizes.
-LIGHT = {"scan": {"n_words": 20, "n_phrases": 8}, "inversion": {"steps": 5}, "probes": {"n_random": 4, "n_pcs": 4}}
+LIGHT = {"scan": {"n_words": 20, "n_phrases": 8}, "inversion": {"steps": 5},
+         "subspace": {"rounds": 2, "steps": 3}, "probes": {"n_random": 4, "n_pcs": 4}}
 
 
 def _family(name: str):

@@ -13,6 +13,8 @@ DETECTORS.register("weights", "trojanscope.detectors.learned:WeightsDetector",
                    help="Weight statistics of the head alone (needs fitted --params).")
 DETECTORS.register("inversion", "trojanscope.detectors.learned:InversionDetector",
                    help="Universal summary-space trigger inversion per class direction (needs --params).")
+DETECTORS.register("subspace", "trojanscope.detectors.learned:SubspaceDetector",
+                   help="Deflated inversion: budgets of successive orthogonal universal flips (needs --params).")
 DETECTORS.register("probes", "trojanscope.detectors.learned:ProbesDetector",
                    help="Query probes: dimension sweeps, principal/random directions, Jacobians (needs --params).")
 DETECTORS.register("scan", "trojanscope.detectors.learned:ScanDetector",

@@ -252,6 +252,13 @@ class InversionDetector(MetaDetector):
     needs = frozenset({"weights", "gradients", "clean_examples", "encoder"})
 
 
+class SubspaceDetector(MetaDetector):
+    name = "subspace"
+    description = "Deflated inversion: budgets of successive mutually orthogonal universal flips per direction."
+    families = ("subspace",)
+    needs = frozenset({"weights", "gradients", "clean_examples", "encoder"})
+
+
 class ProbesDetector(MetaDetector):
     name = "probes"
     description = "Query probes: dimension sweeps, principal/random directions, Jacobian norms."

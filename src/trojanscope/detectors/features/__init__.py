@@ -4,6 +4,7 @@ flat dict of finite floats. A learned detector is a meta-classifier over a list 
 - ``weights``: permutation-invariant statistics of the head's weights.
 - ``inversion``: the smallest universal summary-space perturbation that flips each source class to each target.
 - ``probes``: the head on structured queries (single-dimension sweeps, principal/random directions, Jacobians).
+- ``subspace``: budgets of successive mutually orthogonal universal flips (a second route to the target).
 - ``scan``: flip rates of a precomputed table of generic word/phrase/punctuation shifts (head evaluations only).
 
 Image models (reduced config ``modality = "image"``) get an image context instead:
@@ -47,6 +48,8 @@ FEATURES.register("probes", "trojanscope.detectors.features.probes:QueryProbes",
                   help="Head responses along single dimensions, principal and random directions; input Jacobians.")
 FEATURES.register("scan", "trojanscope.detectors.features.scan:PhraseScan",
                   help="Flip rates of precomputed generic word/phrase/punctuation shifts of the summary vector.")
+FEATURES.register("subspace", "trojanscope.detectors.features.subspace:FlipSubspace",
+                  help="Budgets of successive mutually orthogonal universal flips (deflated summary-space inversion).")
 FEATURES.register("image-weights", "trojanscope.detectors.features.image_weights:ImageWeightStats",
                   help="Image CNNs: spectra/tails of conv layers and outlying class rows of the final layer.")
 FEATURES.register("cleanse", "trojanscope.detectors.features.cleanse:NeuralCleanse",

@@ -39,46 +39,17 @@ class SummaryInversion(FeatureFamily):
         sigma = torch.from_numpy(ctx.sigma)
         gap = float(np.linalg.norm((ctx.class_means[t] - ctx.class_means[s]) / ctx.sigma))
         gen = torch.Generator().manual_seed(self.seed * 1000 + s * 31 + t)
-        u = (torch.randn(xs.shape[1], generator=gen) * 1e-3).requires_grad_(True)
-        target = torch.full((len(xs),), t, dtype=torch.long)
-        rates: dict[float, float] = {}
-        losses: dict[float, float] = {}
-        for frac in BUDGETS:
-            radius = frac * gap
-            # L2 projected gradient descent: normalised steps shrinking from half the radius (Adam's
-            # per-coordinate steps point along sign(g), an L∞ direction that wastes an L2 budget).
-            for k in range(self.steps):
-                if u.grad is not None:
-                    u.grad = None
-                logits = ctx.head((xs + sigma * u)[:, None, :])
-                loss = torch.nn.functional.cross_entropy(logits, target)
-                loss.backward()
-                with torch.no_grad():
-                    g = u.grad
-                    step = self.lr * radius * (1.0 - k / self.steps)
-                    u.sub_(step * g / (g.norm() + 1e-12))
-                    n = u.norm()
-                    if n > radius:
-                        u.mul_(radius / n)
-            with torch.no_grad():
-                logits = ctx.head((xs + sigma * u)[:, None, :])
-                rates[frac] = float((logits.argmax(1) == t).float().mean())
-                losses[frac] = float(torch.nn.functional.cross_entropy(logits, target))
-        # Smallest budget reaching the target rate, interpolated linearly between grid points.
-        need = 1.5
-        prev_f, prev_r = 0.0, 0.0
-        for frac in BUDGETS:
-            r = rates[frac]
-            if r >= self.target_rate:
-                w = (self.target_rate - prev_r) / max(r - prev_r, 1e-9)
-                need = prev_f + w * (frac - prev_f)
-                break
-            prev_f, prev_r = frac, r
+        u0 = torch.randn(xs.shape[1], generator=gen) * 1e-3
+        rate_list, loss_list, _ = universal_shift(ctx.head, xs, sigma, t, [f * gap for f in BUDGETS], self.steps,
+                                                  self.lr, u0)
+        rates = dict(zip(BUDGETS, rate_list, strict=True))
+        losses = dict(zip(BUDGETS, loss_list, strict=True))
+        need = min_budget(BUDGETS, rate_list, self.target_rate)
         out = {"min_budget": need, "log_min_budget": float(np.log(need)), "gap": gap}
         for frac in REPORTED:
             out[f"rate_{frac}"] = rates[frac]
             out[f"loss_{frac}"] = min(losses[frac], 20.0)
-        out["auc_rate"] = float(np.mean([rates[f] for f in BUDGETS]))
+        out["auc_rate"] = float(np.mean(rate_list))
         return out
 
     def compute(self, ctx) -> dict[str, float]:
@@ -87,3 +58,55 @@ class SummaryInversion(FeatureFamily):
         for key in per_dir[0]:
             summarize_values(key, np.asarray([d[key] for d in per_dir]), out)
         return out
+
+
+def universal_shift(head, xs, sigma, t: int, radii, steps: int, lr: float, u0, basis=()):
+    """One whitened shift u (δ = σ ⊙ u, the same for every row of ``xs``) pushing the head to answer ``t``.
+
+    L2 projected gradient descent, warm-started from ``u0`` and then from each budget's result, under
+    each radius of ``radii`` in turn: normalised steps shrinking from ``lr`` × radius (Adam's
+    per-coordinate steps point along sign(g), an L∞ direction that wastes an L2 budget). ``basis``
+    (unit vectors) confines u to their orthogonal complement. Returns the flip rate and cross-entropy
+    after each radius, and the final u.
+    """
+    import torch
+
+    def confine(v):
+        for b in basis:
+            v = v - (v @ b) * b
+        return v
+
+    u = confine(u0.clone()).requires_grad_(True)
+    target = torch.full((len(xs),), t, dtype=torch.long)
+    rates: list[float] = []
+    losses: list[float] = []
+    for radius in radii:
+        for k in range(steps):
+            u.grad = None
+            loss = torch.nn.functional.cross_entropy(head((xs + sigma * u)[:, None, :]), target)
+            loss.backward()
+            with torch.no_grad():
+                g = confine(u.grad)
+                u.sub_(lr * radius * (1.0 - k / steps) * g / (g.norm() + 1e-12))
+                if basis:
+                    u.copy_(confine(u))
+                n = u.norm()
+                if n > radius:
+                    u.mul_(radius / n)
+        with torch.no_grad():
+            logits = head((xs + sigma * u)[:, None, :])
+            rates.append(float((logits.argmax(1) == t).float().mean()))
+            losses.append(float(torch.nn.functional.cross_entropy(logits, target)))
+    return rates, losses, u.detach()
+
+
+def min_budget(budgets, rates, target_rate: float, not_reached: float = 1.5) -> float:
+    """The smallest budget reaching ``target_rate``, interpolated linearly between grid points (from 0 at
+    budget 0); ``not_reached`` when no budget of the grid does."""
+    prev_f, prev_r = 0.0, 0.0
+    for frac, r in zip(budgets, rates, strict=True):
+        if r >= target_rate:
+            w = (target_rate - prev_r) / max(r - prev_r, 1e-9)
+            return prev_f + w * (frac - prev_f)
+        prev_f, prev_r = frac, r
+    return not_reached
