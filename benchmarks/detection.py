@@ -29,13 +29,14 @@ from trojanscope.fsutil import atomic_write_bytes
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-FAMILIES = ("weights", "inversion", "probes", "scan")
-DETECTORS = ("weights", "inversion", "probes", "scan", "default")
+FAMILIES = ("weights", "spectrum", "inversion", "probes", "scan")
+DETECTORS = ("weights", "spectrum", "inversion", "probes", "scan", "default")
 
 
 def _family_digest(family: str) -> str:
-    """A hash of the code one family's features depend on (its module, the shared context and the family
-    base), so changing or adding one family recomputes only that family's cached features."""
+    """A hash of the code one family's features depend on (its module, the shared context, the scan's
+    candidate lists), so changing or adding one family recomputes only that family's cached features.
+    The registry module is left out: registering a new family changes no other family's numbers."""
     import hashlib
     import inspect
 
@@ -43,8 +44,8 @@ def _family_digest(family: str) -> str:
     from trojanscope.detectors.features import FEATURES
 
     root = Path(pkg.__file__).parent
-    files = [root / "context.py", root / "image_context.py", root / "features" / "__init__.py",
-             root / "features" / "candidates.py", Path(inspect.getfile(FEATURES.get(family)))]
+    files = [root / "context.py", root / "image_context.py", root / "features" / "candidates.py",
+             Path(inspect.getfile(FEATURES.get(family)))]
     h = hashlib.sha256()
     for f in files:
         h.update(f.read_bytes())

@@ -29,7 +29,7 @@ def _ctx(arch: str, n_classes: int = 2) -> ModelContext:
 
 
 @pytest.mark.parametrize("arch", sorted(TEXT_ARCHITECTURES))
-@pytest.mark.parametrize("family", ["weights", "inversion", "subspace", "probes"])
+@pytest.mark.parametrize("family", ["weights", "spectrum", "inversion", "subspace", "probes"])
 def test_family_on_every_architecture(arch, family):
     fam = FEATURES.get(family)(**LIGHT.get(family, {}))
     feats = fam.compute(_ctx(arch))

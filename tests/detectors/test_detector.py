@@ -13,7 +13,7 @@ from trojanscope.cli import build_app
 from trojanscope.detectors import DETECTORS, load_detector
 from trojanscope.errors import ConfigError, NotFittedError
 
-LEARNED = ["weights", "inversion", "subspace", "probes", "scan", "default"]
+LEARNED = ["weights", "spectrum", "inversion", "subspace", "probes", "scan", "default"]
 
 
 def test_registry_lists_learned_detectors():

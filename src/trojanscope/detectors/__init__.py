@@ -8,13 +8,15 @@ DETECTORS.register("constant", "trojanscope.detectors.baselines:ConstantDetector
 DETECTORS.register("random", "trojanscope.detectors.baselines:RandomDetector",
                    help="Uniform random probability, seeded per model file contents.")
 DETECTORS.register("default", "trojanscope.detectors.learned:DefaultDetector",
-                   help="The shipped detector: calibrated combination of weights, inversion, probes and scan features.")
+                   help="The shipped detector: calibrated weights, spectrum, inversion, probes and scan features.")
 DETECTORS.register("weights", "trojanscope.detectors.learned:WeightsDetector",
                    help="Weight statistics of the head alone (needs fitted --params).")
 DETECTORS.register("inversion", "trojanscope.detectors.learned:InversionDetector",
                    help="Universal summary-space trigger inversion per class direction (needs --params).")
 DETECTORS.register("subspace", "trojanscope.detectors.learned:SubspaceDetector",
                    help="Deflated inversion: budgets of successive orthogonal universal flips (needs --params).")
+DETECTORS.register("spectrum", "trojanscope.detectors.learned:SpectrumDetector",
+                   help="The head's input spectrum against the clean data: gap alignment, off-data energy (--params).")
 DETECTORS.register("probes", "trojanscope.detectors.learned:ProbesDetector",
                    help="Query probes: dimension sweeps, principal/random directions, Jacobians (needs --params).")
 DETECTORS.register("scan", "trojanscope.detectors.learned:ScanDetector",

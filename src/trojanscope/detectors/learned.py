@@ -259,6 +259,13 @@ class SubspaceDetector(MetaDetector):
     needs = frozenset({"weights", "gradients", "clean_examples", "encoder"})
 
 
+class SpectrumDetector(MetaDetector):
+    name = "spectrum"
+    description = "SVD of the head's input matrix against the clean data: gap alignment, off-data energy."
+    families = ("spectrum",)
+    needs = frozenset({"weights", "clean_examples", "encoder"})
+
+
 class ProbesDetector(MetaDetector):
     name = "probes"
     description = "Query probes: dimension sweeps, principal/random directions, Jacobian norms."
@@ -300,9 +307,9 @@ class ImageDefaultDetector(MetaDetector):
 
 class DefaultDetector(MetaDetector):
     name = "default"
-    description = ("The shipped detector: calibrated combination of weights, inversion, probes and scan features; "
-                   "image models go to image-default.")
-    families = ("weights", "inversion", "probes", "scan")
+    description = ("The shipped detector: calibrated combination of weights, spectrum, inversion, probes and scan "
+                   "features; image models go to image-default.")
+    families = ("weights", "spectrum", "inversion", "probes", "scan")
     shipped = "default.json"
     needs = frozenset({"weights", "queries", "gradients", "clean_examples", "encoder"})
 

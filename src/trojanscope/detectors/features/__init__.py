@@ -5,6 +5,7 @@ flat dict of finite floats. A learned detector is a meta-classifier over a list 
 - ``inversion``: the smallest universal summary-space perturbation that flips each source class to each target.
 - ``probes``: the head on structured queries (single-dimension sweeps, principal/random directions, Jacobians).
 - ``subspace``: budgets of successive mutually orthogonal universal flips (a second route to the target).
+- ``spectrum``: the head's leading input directions against the class-mean gap and the clean data.
 - ``scan``: flip rates of a precomputed table of generic word/phrase/punctuation shifts (head evaluations only).
 
 Image models (reduced config ``modality = "image"``) get an image context instead:
@@ -50,6 +51,8 @@ FEATURES.register("scan", "trojanscope.detectors.features.scan:PhraseScan",
                   help="Flip rates of precomputed generic word/phrase/punctuation shifts of the summary vector.")
 FEATURES.register("subspace", "trojanscope.detectors.features.subspace:FlipSubspace",
                   help="Budgets of successive mutually orthogonal universal flips (deflated summary-space inversion).")
+FEATURES.register("spectrum", "trojanscope.detectors.features.spectrum:InputSpectrum",
+                  help="SVD of the head's input matrix against the clean data: gap alignment, off-data energy.")
 FEATURES.register("image-weights", "trojanscope.detectors.features.image_weights:ImageWeightStats",
                   help="Image CNNs: spectra/tails of conv layers and outlying class rows of the final layer.")
 FEATURES.register("cleanse", "trojanscope.detectors.features.cleanse:NeuralCleanse",
