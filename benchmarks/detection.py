@@ -83,6 +83,9 @@ def features_for(zoo: Path, cache_file: Path, workers: int, families: tuple[str,
         cache["format"] = 2
         atomic_write_bytes(cache_file, json.dumps(cache).encode())
     names = [d.name for d in dirs]
+    per_family = ", ".join(f"{fam} {sum(models[n][fam]['seconds'] for n in names) / max(len(names), 1):.1f} s"
+                           for fam in families)
+    print(f"{zoo}: mean feature seconds per model by family (each family builds its own context): {per_family}")
     rows = [{k: v for fam in families for k, v in models[n][fam]["features"].items()} for n in names]
     secs = [sum(models[n][fam]["seconds"] for fam in families) for n in names]
     return names, rows, [read_ground_truth(d) for d in dirs], secs
