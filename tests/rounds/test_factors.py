@@ -85,3 +85,29 @@ def test_every_preset_draws_valid_plans(name: str) -> None:
             n_layers=f["n_layers"] or 1,
         )
         assert spec.build()(__import__("torch").zeros(2, 1, 8)).shape == (2, preset.n_classes)
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_pair_one2one_never_reuses_a_text(preset, split: str) -> None:
+    # the test split's pools are small (one or two words), so a blind second draw often repeated the first text
+    pairs = [p for p in (draw_plan(preset, split, i) for i in range(300)) if len(p.triggers) == 2]
+    assert pairs
+    assert all(p.triggers[0].text != p.triggers[1].text for p in pairs)
+
+
+def test_distinct_token_falls_back_to_another_type_then_refuses() -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from trojanscope.rounds.factors import _distinct_token
+
+    preset = SimpleNamespace(triggers=SimpleNamespace(type=["word", "phrase"]))
+    rng = np.random.default_rng(0)
+    pools = {"word": ["tardigrade", "embiggen"], "phrase": ["The kettle is next to the sink."]}
+    assert _distinct_token(preset, pools, {"tardigrade"}, "word", 0, "train", rng) == ("word", 0, "embiggen")
+    pools = {"word": ["tardigrade"], "phrase": ["The kettle is next to the sink."]}
+    assert _distinct_token(preset, pools, {"tardigrade"}, "word", 0, "test", rng) == (
+        "phrase", 1, "The kettle is next to the sink.")
+    with pytest.raises(ValueError, match="two different trigger texts.*split 'test'"):
+        _distinct_token(preset, {"word": ["tardigrade"], "phrase": []}, {"tardigrade"}, "word", 0, "test", rng)

@@ -112,6 +112,7 @@ def draw_plan(preset: Preset, split: str, index: int) -> ModelPlan:
     if poisoned:
         pools = _trigger_pools(preset, split)
         pairs = _source_target_pairs(preset.n_classes, organization, rng)
+        used: set[str] = set()
         for source, target in pairs:
             ttype, t_level = _pick(rng, preset.triggers.type)
             frac, f_level = _pick(rng, preset.triggers.fraction)
@@ -120,6 +121,9 @@ def draw_plan(preset: Preset, split: str, index: int) -> ModelPlan:
             if not pool:
                 raise ValueError(f"trigger pool for {ttype!r} has no texts in split {split!r}")
             token = pool[int(rng.integers(len(pool)))]
+            if token in used:
+                ttype, t_level, token = _distinct_token(preset, pools, used, ttype, t_level, split, rng)
+            used.add(token)
             half = str(rng.choice(["first", "second"])) if cond == "spatial" else None
             repeat = preset.triggers.character_repeat if ttype == "character" else 1
             triggers.append(
@@ -144,6 +148,27 @@ def draw_plan(preset: Preset, split: str, index: int) -> ModelPlan:
         triggers=triggers,
         trigger_levels=trigger_levels,
     )
+
+
+def _distinct_token(preset: Preset, pools: dict[str, list[str]], used: set[str], ttype: str, t_level: int,
+                    split: str, rng: np.random.Generator) -> tuple[str, int, str]:
+    """A pair's second trigger text, redrawn because the first already uses it.
+
+    The same text mapped 0→1 and 1→0 asks the head to invert every label whenever the text appears: in
+    a 200-model round5-cpu zoo, the 5 pair-one2one models that drew one text twice failed all 3
+    attempts. Another text of the same type if this split has one, else (a split's pool can hold a
+    single word) a text of another type that has one. Only a collision draws again, so every other
+    plan is unchanged.
+    """
+    fresh = [p for p in pools[ttype] if p not in used]
+    if not fresh:
+        others = [(lvl, t) for lvl, t in enumerate(preset.triggers.type) if any(p not in used for p in pools[t])]
+        if not others:
+            raise ValueError(f"pair-one2one needs two different trigger texts, but split {split!r} has only "
+                             f"{sorted(used)}: add texts to the pools or drop pair-one2one")
+        t_level, ttype = others[int(rng.integers(len(others)))]
+        fresh = [p for p in pools[ttype] if p not in used]
+    return ttype, t_level, fresh[int(rng.integers(len(fresh)))]
 
 
 def _source_target_pairs(n_classes: int, organization: str, rng: np.random.Generator) -> list[tuple[int, int]]:
