@@ -147,3 +147,4 @@ def test_insertion_on_real_sentences(data_root) -> None:
             assert removed == text or (removed[at - 1] == " " and removed[: at - 1] + removed[at:] == text)
             checked += 1
     assert checked >= 300
+
