@@ -35,9 +35,7 @@ class SummaryInversion(FeatureFamily):
     def _direction(self, ctx, s: int, t: int) -> dict[str, float]:
         import torch
 
-        xs = torch.from_numpy(ctx.x[ctx.y == s])
-        sigma = torch.from_numpy(ctx.sigma)
-        gap = float(np.linalg.norm((ctx.class_means[t] - ctx.class_means[s]) / ctx.sigma))
+        xs, sigma, gap = direction_inputs(ctx, s, t)
         gen = torch.Generator().manual_seed(self.seed * 1000 + s * 31 + t)
         u0 = torch.randn(xs.shape[1], generator=gen) * 1e-3
         rate_list, loss_list, _ = universal_shift(ctx.head, xs, sigma, t, [f * gap for f in BUDGETS], self.steps,
@@ -53,11 +51,7 @@ class SummaryInversion(FeatureFamily):
         return out
 
     def compute(self, ctx) -> dict[str, float]:
-        per_dir = [self._direction(ctx, s, t) for s, t in ctx.directions()]
-        out: dict[str, float] = {}
-        for key in per_dir[0]:
-            summarize_values(key, np.asarray([d[key] for d in per_dir]), out)
-        return out
+        return summarize_directions([self._direction(ctx, s, t) for s, t in ctx.directions()])
 
 
 def universal_shift(head, xs, sigma, t: int, radii, steps: int, lr: float, u0, basis=()):
@@ -110,3 +104,20 @@ def min_budget(budgets, rates, target_rate: float, not_reached: float = 1.5) -> 
             return prev_f + w * (frac - prev_f)
         prev_f, prev_r = frac, r
     return not_reached
+
+
+def direction_inputs(ctx, s: int, t: int):
+    """(class-s examples as a tensor, σ as a tensor, whitened class-mean distance s→t) for a universal shift."""
+    import torch
+
+    xs = torch.from_numpy(ctx.x[ctx.y == s])
+    sigma = torch.from_numpy(ctx.sigma)
+    return xs, sigma, float(np.linalg.norm((ctx.class_means[t] - ctx.class_means[s]) / ctx.sigma))
+
+
+def summarize_directions(per_dir: list[dict[str, float]]) -> dict[str, float]:
+    """Per-direction feature dicts summarised (max/min/mean over directions) into one flat dict."""
+    out: dict[str, float] = {}
+    for key in per_dir[0]:
+        summarize_values(key, np.asarray([d[key] for d in per_dir]), out)
+    return out

@@ -15,11 +15,13 @@ first, and the later shifts' flip rates at budget 1.0; summarised over direction
 
 from __future__ import annotations
 
-import numpy as np
-
-from trojanscope.detectors.context import summarize_values
 from trojanscope.detectors.features import FeatureFamily
-from trojanscope.detectors.features.inversion import min_budget, universal_shift
+from trojanscope.detectors.features.inversion import (
+    direction_inputs,
+    min_budget,
+    summarize_directions,
+    universal_shift,
+)
 
 BUDGETS = (0.25, 0.5, 1.0, 1.5, 2.5)
 NOT_REACHED = 4.0  # reported budget when even the largest one misses the target rate
@@ -43,9 +45,7 @@ class FlipSubspace(FeatureFamily):
     def _direction(self, ctx, s: int, t: int) -> dict[str, float]:
         import torch
 
-        xs = torch.from_numpy(ctx.x[ctx.y == s])
-        sigma = torch.from_numpy(ctx.sigma)
-        gap = float(np.linalg.norm((ctx.class_means[t] - ctx.class_means[s]) / ctx.sigma))
+        xs, sigma, gap = direction_inputs(ctx, s, t)
         basis: list = []
         needs, at_one = [], []
         for k in range(self.rounds):
@@ -66,8 +66,4 @@ class FlipSubspace(FeatureFamily):
         return out
 
     def compute(self, ctx) -> dict[str, float]:
-        per_dir = [self._direction(ctx, s, t) for s, t in ctx.directions()]
-        out: dict[str, float] = {}
-        for key in per_dir[0]:
-            summarize_values(key, np.asarray([d[key] for d in per_dir]), out)
-        return out
+        return summarize_directions([self._direction(ctx, s, t) for s, t in ctx.directions()])
