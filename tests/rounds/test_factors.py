@@ -111,3 +111,18 @@ def test_distinct_token_falls_back_to_another_type_then_refuses() -> None:
         "phrase", 1, "The kettle is next to the sink.")
     with pytest.raises(ValueError, match="two different trigger texts.*split 'test'"):
         _distinct_token(preset, {"word": ["tardigrade"], "phrase": []}, {"tardigrade"}, "word", 0, "test", rng)
+
+
+def test_pair_triggers_draw_pair_fraction_and_one2one_plans_do_not_change(preset) -> None:
+    # round5-cpu v4 gives each trigger of a pair its own fraction levels (a pair's words missed the bar at 0.1)
+    assert preset.triggers.pair_fraction and preset.triggers.pair_fraction != preset.triggers.fraction
+    without = preset.model_copy(update={"triggers": preset.triggers.model_copy(update={"pair_fraction": None})})
+    plans = [(draw_plan(preset, "train", i), draw_plan(without, "train", i)) for i in range(120)]
+    pairs = [p for p, _ in plans if len(p.triggers) == 2]
+    singles = [(p, q) for p, q in plans if len(p.triggers) < 2]
+    assert pairs and any(p.triggers for p, _ in singles)
+    for p in pairs:
+        for t, lv in zip(p.triggers, p.trigger_levels, strict=True):
+            assert t.fraction == preset.triggers.pair_fraction[lv["fraction"]]
+    assert all(p == q for p, q in singles)  # clean and one2one models draw exactly what they drew before
+    assert all(t.fraction in preset.triggers.fraction for p, _ in singles for t in p.triggers)

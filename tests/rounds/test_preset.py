@@ -58,3 +58,10 @@ def test_test_join_needs_test_split(tmp_path, preset_text) -> None:
     path.write_text(preset_text(**{r'test_split = "test" ': "# no test split "}))
     with pytest.raises(ConfigError, match="test_join and match_test_length need test_split"):
         load_preset(path)
+
+
+def test_pair_fraction_out_of_range_is_named(tmp_path, preset_text) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(preset_text(**{r"pair_fraction = \[[^\]]*\]": "pair_fraction = [1.5]"}))
+    with pytest.raises(ConfigError, match=r"bad\.toml: triggers\.pair_fraction\.0"):
+        load_preset(path)

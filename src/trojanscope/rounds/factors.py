@@ -113,9 +113,12 @@ def draw_plan(preset: Preset, split: str, index: int) -> ModelPlan:
         pools = _trigger_pools(preset, split)
         pairs = _source_target_pairs(preset.n_classes, organization, rng)
         used: set[str] = set()
+        fractions = preset.triggers.fraction
+        if organization == "pair-one2one" and preset.triggers.pair_fraction:
+            fractions = preset.triggers.pair_fraction
         for source, target in pairs:
             ttype, t_level = _pick(rng, preset.triggers.type)
-            frac, f_level = _pick(rng, preset.triggers.fraction)
+            frac, f_level = _pick(rng, fractions)
             cond, c_level = _pick(rng, preset.triggers.condition)
             pool = pools[ttype]
             if not pool:

@@ -116,6 +116,11 @@ class TriggerFactors(_Spec):
     organization: list[Literal["one2one", "pair-one2one"]] = Field(min_length=1)
     type: list[Literal["character", "word", "phrase"]] = Field(min_length=1)
     fraction: list[Fraction] = Field(min_length=1)
+    pair_fraction: list[Fraction] | None = Field(
+        None,
+        min_length=1,
+        description="fraction levels for each trigger of a pair-one2one model (default: the fraction levels)",
+    )
     condition: list[Literal["none", "spatial", "class"]] = Field(min_length=1)
     pools: dict[Literal["character", "word", "phrase"], str]
     character_repeat: int = Field(1, ge=1, le=10)

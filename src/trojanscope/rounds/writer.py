@@ -271,7 +271,10 @@ METADATA_DICTIONARY = {
         "also stamped on other classes, which keep their label)."
     ),
     "triggers_{i}_spatial_half": "first or second half for spatial triggers.",
-    "*_level": "Index of the factor's value in the preset's list of levels (-1 when not applicable).",
+    "*_level": (
+        "Index of the factor's value in the preset's list of levels (-1 when not applicable); a pair-one2one "
+        "trigger's fraction level indexes triggers.pair_fraction when the preset has one."
+    ),
     "final_train_loss": "Training loss at the best epoch.",
     "final_clean_val_acc": "Clean validation accuracy at the best epoch.",
     "final_triggered_val_acc": "Triggered (and spurious) validation accuracy at the best epoch.",
