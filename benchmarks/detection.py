@@ -5,8 +5,8 @@
         [--generate round5-cpu --train-count 200 --test-count 100]
 
 1. Features of every family for every train and test model (cached in OUT/features-*.json per model and
-   family under a digest of that family's code, so a rerun on a grown zoo, or after changing one family,
-   computes only what is new).
+   family under a digest of that family's code and the hash of the model's model.pt, so a rerun on a grown
+   zoo, on a zoo with rebuilt models, or after changing one family computes only what is new).
 2. Each family alone (weights, inversion, probes, scan) and the combination (default) are fitted on the
    train features; test CE, its 95% CI, ROC-AUC and Brier come from ``trojanscope.scoring.metrics``.
    Nothing is tuned on the test zoo: C, the calibration and ε are chosen by cross-validation on train.
@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -37,7 +38,6 @@ def _family_digest(family: str) -> str:
     """A hash of the code one family's features depend on (its module, the shared context, the scan's
     candidate lists), so changing or adding one family recomputes only that family's cached features.
     The registry module is left out: registering a new family changes no other family's numbers."""
-    import hashlib
     import inspect
 
     import trojanscope.detectors as pkg
@@ -62,12 +62,16 @@ def features_for(zoo: Path, cache_file: Path, workers: int, families: tuple[str,
     from trojanscope.models.layout import list_model_dirs, read_ground_truth
 
     cache = json.loads(cache_file.read_text()) if cache_file.is_file() else {}
-    if cache.get("format") != 2:
-        cache = {}  # an older single-digest cache: recompute
+    if cache.get("format") != 3:
+        cache = {}  # an older cache (without each model's model.pt hash): recompute
     digests = {f: _family_digest(f) for f in families}
     models = cache.setdefault("models", {})
     codes = cache.setdefault("codes", {})
     dirs = list_model_dirs(zoo)
+    for d in dirs:  # a model rebuilt under the same id (e.g. after a preset change) is a new model
+        sha = hashlib.sha256((d / "model.pt").read_bytes()).hexdigest()
+        if models.get(d.name, {}).get("model_sha256") != sha:
+            models[d.name] = {"model_sha256": sha}
     for fam in families:
         if codes.get(fam) != digests[fam]:
             for entry in models.values():
@@ -80,7 +84,7 @@ def features_for(zoo: Path, cache_file: Path, workers: int, families: tuple[str,
         rows, secs = feature_table([inputs_for_model_dir(d) for d in todo], (fam,), workers=workers)
         for d, r, sec in zip(todo, rows, secs, strict=True):
             models.setdefault(d.name, {})[fam] = {"features": r, "seconds": sec}
-        cache["format"] = 2
+        cache["format"] = 3
         atomic_write_bytes(cache_file, json.dumps(cache).encode())
     names = [d.name for d in dirs]
     per_family = ", ".join(f"{fam} {sum(models[n][fam]['seconds'] for n in names) / max(len(names), 1):.1f} s"
