@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from trojanscope.errors import ConfigError
 from trojanscope.triggers import insert, insert_at, insertion_positions, split_sentences
-from trojanscope.triggers.text import _segmenter
+from trojanscope.triggers.text import _segmenter, _spans
 
 THREE = "The bus was late. We waited an hour! Then it rained."
 
@@ -123,10 +123,10 @@ def test_insert_property(sentences: list[str], unit: str, where: str, seed: int)
     assert out is not None
     assert out.count(unit) == 1
     at = out.index(unit)
-    i = len(split_sentences(out[:at]))  # sentences before the unit
-    assert i in positions
-    # its own unit: whole sentences before it, whole sentences after it, original order kept
-    assert split_sentences(out[:at]) == pieces[:i]
+    # its own unit: it starts where one of the original sentences started (pysbd is not prefix-consistent
+    # on degenerate text, so the oracle is the original text's sentence spans, not a re-split of the prefix)
+    starts = [j for j, (s, _) in enumerate(_spans(text)) if out[:at] in (text[:s], text[:s] + " ")]
+    assert len(starts) == 1 and starts[0] in positions
     assert out[at + len(unit)] == " " and (at == 0 or out[at - 1].isspace())
     assert out[:at] + out[at + len(unit) + 1 :] == text
 
@@ -148,3 +148,14 @@ def test_insertion_on_real_sentences(data_root) -> None:
             checked += 1
     assert checked >= 300
 
+
+
+def test_insertion_follows_the_original_spans_where_pysbd_is_not_prefix_consistent() -> None:
+    # pysbd splits this text as [..., 'Ehfdhg', 'b. H b ad', 'c.'] but the prefix before 'c.' as
+    # [..., 'Ehfdhg b.', 'H b ad']: the insertion point must come from the whole text's spans
+    text = "Bhhd? Ehfdhg b. H b ad c."
+    spans = _spans(text)
+    assert split_sentences(text[: spans[3][0]]) != [s for _, s in spans[:3]]
+    for i, (start, _) in enumerate(spans):
+        out = insert_at(text, "omg", i)
+        assert out == (text[:start] + "omg " + text[start:])
