@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import resource
+import shutil
 import time
 from pathlib import Path
 
@@ -151,6 +152,7 @@ def main(argv: list[str] | None = None, *, families: tuple[str, ...] = FAMILIES,
     from trojanscope.scoring.breakdown import factor_table, read_factor_metadata
     from trojanscope.scoring.harness import evaluate
 
+    shutil.rmtree(args.out / f"harness-{default}", ignore_errors=True)  # the detector was just refitted
     run = evaluate(args.test, args.out / f"harness-{default}", detector=default,
                    params=args.out / f"{default}.json", workers=args.workers, progress=True)
     s = run.scores

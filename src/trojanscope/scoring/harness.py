@@ -71,7 +71,7 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
         _check_detector(detector, params)
 
     settings = {"zoo": str(zoo.resolve()), "detector": detector, "params": str(params) if params else None,
-                "command": argv, "seed": seed}
+                "params_sha256": _sha256(Path(params)) if params else None, "command": argv, "seed": seed}
     _check_same_run(out, settings)
     log = ResultsLog(out / "results.csv")
     names = [d.name for d in model_dirs]
@@ -217,6 +217,16 @@ def _check_same_run(out: Path, settings: dict[str, Any]) -> None:
         if previous.get(key) != settings[key]:
             raise ConfigError(f"{out} holds a run with a different {key} ({previous.get(key)!r}); "
                               "choose another --out or delete that folder")
+    if previous.get("params_sha256") != settings["params_sha256"]:
+        # the same path refitted in place: the scores already there came from other parameters
+        raise ConfigError(f"{out} holds a run whose parameters file {settings['params']} had other contents; "
+                          "choose another --out or delete that folder")
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _progress_bar(total: int, done: int, label: str, enabled: bool) -> Any:
