@@ -12,7 +12,8 @@
    Nothing is tuned on the test zoo: C, the calibration and ε are chosen by cross-validation on train.
 3. The default detector is saved to OUT/default.json and run through the scoring harness on the test zoo
    (neutral copies, shuffled order): its scores, per-factor breakdown and per-model detection times
-   (mean/max) are printed; peak memory (max RSS of this process and its workers) is printed last.
+   (mean/max) are printed; peak memory (max RSS of one process, one `trojanscope detect` run on the first
+   test model included) is printed last.
 ``--generate PRESET`` makes (or resumes) the zoos first with ``trojanscope.rounds.zoo.make_zoo``.
 """
 
@@ -167,8 +168,22 @@ def main(argv: list[str] | None = None, *, families: tuple[str, ...] = FAMILIES,
     if len(table):
         print("\nper-factor breakdown (test):")
         print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    # One detection as its own process: with cached features this process never ran a detector itself, and
+    # harness workers that are still alive do not count in RUSAGE_CHILDREN.
+    import subprocess
+    import sys
+    import tempfile
+
+    from trojanscope.models.layout import list_model_dirs
+
+    first = list_model_dirs(args.test)[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-c", "from trojanscope.cli import main; main()", "detect",
+                        "--model_filepath", str(first / "model.pt"), "--examples_dirpath",
+                        str(first / "clean_example_data"), "--result_filepath", f"{tmp}/p.txt",
+                        "--scratch_dirpath", tmp, "--params", str(args.out / f"{default}.json")], check=True)
     peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    print(f"\npeak memory (max RSS of one process): {peak / 2**20:.2f} GiB")
+    print(f"\npeak memory (max RSS of one process, one `trojanscope detect` run included): {peak / 2**20:.2f} GiB")
     return args
 
 
