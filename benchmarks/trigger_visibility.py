@@ -28,6 +28,7 @@ def main() -> int:
     ap.add_argument("--texts", type=int, default=300, help="clean training texts per item (default 300)")
     ap.add_argument("--min-snr", type=float, default=4.0, help="flag items below this (default 4.0)")
     ap.add_argument("--max-items", type=int, default=60, help="items per pool, first by pool order (default 60)")
+    ap.add_argument("--types", default=None, help="comma-separated trigger types (default: all of the preset's)")
     args = ap.parse_args()
 
     from trojanscope.encoders import EmbeddingCache, encode_cached, get_encoder
@@ -48,7 +49,11 @@ def main() -> int:
     rng = np.random.default_rng(0)
     print(f"preset {preset.name}: {len(texts)} clean texts of source {pool.name!r}, min snr {args.min_snr}")
     print(f"{'type':9s} {'item':40s} {'|d|':>6s} {'snr':>6s}  flag")
-    for ttype in preset.triggers.type:
+    types = args.types.split(",") if args.types else preset.triggers.type
+    unknown = [t for t in types if t not in preset.triggers.type]
+    if unknown:
+        ap.error(f"--types: {unknown[0]!r} is not a trigger type of {preset.name} ({', '.join(preset.triggers.type)})")
+    for ttype in types:
         for item in load_pool(preset.triggers.pools[ttype])[: args.max_items]:
             unit = render(ttype, item, preset.triggers.character_repeat if ttype == "character" else 1)
             triggered = [insert(t, unit, "any", rng) or t for t in texts]
