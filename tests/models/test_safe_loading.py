@@ -98,3 +98,25 @@ def test_loaded_heads_are_trainable_float32(model_factories, tmp_path: Path) -> 
     x = torch.randn(3, 1, E, requires_grad=True)
     loaded(x).sum().backward()
     assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("fmt", ["zip", "legacy"])
+def test_no_model_file_reaches_a_full_torch_load(model_factories, tmp_path: Path, monkeypatch, fmt: str) -> None:
+    # legacy files are read by our own reader; zip files by torch's weights-only unpickler only
+    path = save_nist(nist_model(model_factories, "GruLinear"), tmp_path / "m.pt", fmt)
+    real = torch.load
+
+    def guarded(*args, **kwargs):
+        assert kwargs.get("weights_only") is True, "torch.load called without weights_only=True"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", guarded)
+    model_info(path)
+
+
+def test_truncated_legacy_file_is_named(model_factories, tmp_path: Path) -> None:
+    good = save_nist(nist_model(model_factories, "Linear"), tmp_path / "good.pt", "legacy").read_bytes()
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(good[:-7])
+    with pytest.raises(ModelFileError, match=r"bad\.pt: file ends inside storage"):
+        model_info(bad)

@@ -1,10 +1,11 @@
 """The allow-list unpickler every model file goes through.
 
 Model files are untrusted: a full (not weights-only) torch load of a whole-module pickle runs whatever
-callables the pickle names. We read every file with torch's own restricted unpickler
-(``torch.load(weights_only=True)``, zip and legacy formats alike), which by default builds only
-tensors, storages and plain containers, and we extend its allow-list by exactly the classes a TrojAI
-Round 5/6 classifier pickle names (``model_factories.*`` and the ``torch.nn`` layers inside them).
+callables the pickle names. We read zip-format files with torch's own restricted unpickler
+(``torch.load(weights_only=True)``), which by default builds only tensors, storages and plain
+containers, and legacy-format files (torch <= 1.5) with our own reader and an unpickler holding the
+same allow-list; never ``torch.load`` with full unpickling. We extend the allow-list by exactly the
+classes a TrojAI Round 5/6 classifier pickle names (``model_factories.*`` and the ``torch.nn`` layers inside them).
 
 Those classes are not the real ones: each name maps to an inert :class:`PickledModule` stand-in that
 only records the pickled ``__dict__``. No torch or project code runs while unpickling, not even
@@ -19,8 +20,6 @@ import _compat_pickle
 import pickle
 import re
 import threading
-import types
-import warnings
 import zipfile
 from collections import OrderedDict
 from pathlib import Path
@@ -50,7 +49,6 @@ class PickledModule:
     """Inert stand-in for one pickled ``nn.Module``: its pickled class name and ``__dict__``, no behaviour."""
 
     pickled_name: ClassVar[str] = ""
-    dump_patches: ClassVar[bool] = False  # read by torch's legacy loader when it compares pickled source
 
     def __new__(cls, *args: Any, **kwargs: Any) -> PickledModule:  # NEWOBJ passes the pickled args
         return object.__new__(cls)
@@ -97,14 +95,11 @@ def safe_unpickle(path: Path | str) -> Any:
         if file_format(path) == "zip":
             with _LOCK, torch.serialization.safe_globals(safe):
                 return torch.load(path, map_location="cpu", weights_only=True, mmap=False)
-        # torch's weights_only unpickler refuses the legacy format's ("module", cls, ...) persistent
-        # ids that whole-module pickles carry (checked again with torch 2.13, safe_globals given), so
-        # legacy files go through our restricted pickle module: weights_only=False only switches off
-        # torch's unpickler in favour of ours, which resolves nothing outside the same allow-list.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch warns that the stand-ins have no source to compare
-            return torch.load(path, map_location="cpu", weights_only=False,
-                              pickle_module=_restricted_pickle_module(path.stat().st_size))
+        # torch's weights_only unpickler refuses the legacy format's ("module", cls, ...) persistent ids that
+        # whole-module pickles carry (checked with torch 2.13, safe_globals given): we read that format ourselves.
+        return _load_legacy(path)
+    except ModelFileError:
+        raise
     except pickle.UnpicklingError as exc:
         raise _refusal(path, str(exc)) from None
     except MemoryError:
@@ -113,32 +108,101 @@ def safe_unpickle(path: Path | str) -> Any:
         raise ModelFileError(f"{path}: truncated or corrupt model file ({_short(exc)})") from None
 
 
-def _restricted_pickle_module(file_size: int) -> types.ModuleType:
-    """A ``pickle_module`` for ``torch.load`` whose unpickler resolves only allow-listed globals.
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # torch.serialization.MAGIC_NUMBER
+_LEGACY_PROTOCOL = 1001  # torch.serialization.PROTOCOL_VERSION
+
+
+def _load_legacy(path: Path) -> Any:
+    """Read torch's legacy (pre-zip, torch <= 1.5) format with the restricted unpickler; no ``torch.load``.
+
+    The layout: pickled magic number, protocol version and system info; the main pickle, whose persistent
+    ids name storages (``("storage", type, key, location, numel, view)``) and module classes
+    (``("module", cls, source_file, source)``); the pickled list of storage keys; then each storage's
+    bytes in that order, as an int64 element count followed by the raw little-endian data. Storages are
+    allocated on the CPU and filled in place, so the tensors rebuilt by the main pickle see their data.
+    """
+    import struct
+    import tarfile
+
+    import torch
+
+    if tarfile.is_tarfile(path):
+        raise ModelFileError(f"{path}: torch's pre-1.0 tar format is not supported; re-save the model with "
+                             "torch >= 1.6 (torch.save writes the zip format)")
+    size = path.stat().st_size
+    storages: dict[Any, Any] = {}
+    declared = 0
+
+    def persistent_load(pid: Any) -> Any:
+        nonlocal declared
+        if not isinstance(pid, tuple) or not pid:
+            raise pickle.UnpicklingError(f"persistent id {type(pid).__name__} is not a tuple")
+        kind, data = torch.serialization._maybe_decode_ascii(pid[0]), pid[1:]
+        if kind == "module" and data:
+            return data[0]  # a stand-in class, already through find_class; the pickled source is ignored
+        if kind != "storage" or len(data) != 5:
+            raise pickle.UnpicklingError(f"unknown persistent id {kind!r}")
+        storage_type, root_key, _location, numel, view = data
+        if not isinstance(numel, int) or numel < 0:
+            raise pickle.UnpicklingError(f"storage size {numel!r} is not a count")
+        dtype = storage_type.dtype
+        element = torch._utils._element_size(dtype)
+        if root_key not in storages:
+            declared += numel * element
+            if declared > size:  # refused before torch allocates anything
+                raise pickle.UnpicklingError("storages declare more bytes than the file holds")
+            storages[root_key] = torch.storage.TypedStorage(
+                wrap_storage=torch.UntypedStorage(numel * element), dtype=dtype, _internal=True)
+        root = storages[root_key]
+        if view is None:
+            return root
+        view_key, offset, view_size = view
+        if view_key not in storages:
+            storages[view_key] = torch.storage.TypedStorage(
+                wrap_storage=root._untyped_storage[offset * element:(offset + view_size) * element],
+                dtype=dtype, _internal=True)
+        return storages[view_key]
+
+    unpickler = _restricted_unpickler()
+    with open(path, "rb") as f:
+        if unpickler(f).load() != _LEGACY_MAGIC:
+            raise ModelFileError(f"{path}: not a torch model file (no zip container, no legacy magic number)")
+        if (protocol := unpickler(f).load()) != _LEGACY_PROTOCOL:
+            raise ModelFileError(f"{path}: legacy torch protocol {protocol!r} is not supported")
+        unpickler(f).load()  # system info (endianness, type sizes)
+        main = unpickler(f)
+        main.persistent_load = persistent_load
+        result = main.load()
+        keys = unpickler(f).load()
+        if not isinstance(keys, list):
+            raise pickle.UnpicklingError("the storage key list is not a list")
+        for key in keys:
+            if key not in storages:
+                raise pickle.UnpicklingError(f"storage key {key!r} was never declared")
+            storage = storages[key]._untyped_storage
+            (numel,) = struct.unpack("<q", f.read(8))
+            nbytes = numel * torch._utils._element_size(storages[key].dtype)
+            if nbytes != storage.nbytes():
+                raise ModelFileError(f"{path}: storage {key!r} holds {nbytes} bytes, declared {storage.nbytes()}")
+            data = f.read(nbytes)
+            if len(data) != nbytes:
+                raise ModelFileError(f"{path}: file ends inside storage {key!r}; it is truncated")
+            if nbytes:
+                target = torch.empty(0, dtype=torch.uint8).set_(storage)
+                target.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+    return result
+
+
+def _restricted_unpickler() -> type[pickle.Unpickler]:
+    """An unpickler class that resolves only allow-listed globals.
 
     It allows torch's own weights-only globals (tensor rebuild functions, storages, dtypes,
-    OrderedDict, set) plus the stand-ins; and it refuses a file whose storages declare more bytes
-    than the file holds, before torch allocates them.
+    OrderedDict, set) plus the stand-ins, and sets state (BUILD) only on tensors and the stand-ins.
     """
     import torch
 
     allowed = {**torch._weights_only_unpickler._get_allowed_globals(), **_STAND_INS}
     buildable = {torch.Tensor, torch.nn.Parameter, OrderedDict, *_STAND_INS.values()}
-    declared: dict[Any, int] = {}
-
-    def checked(persistent_load: Any) -> Any:
-        def load(pid: Any) -> Any:
-            kind = torch.serialization._maybe_decode_ascii(pid[0]) if isinstance(pid, tuple) and pid else None
-            if kind == "storage" and len(pid) == 6:
-                _, storage_type, root_key, _location, numel, _view = pid
-                if not isinstance(numel, int) or numel < 0:
-                    raise pickle.UnpicklingError(f"storage size {numel!r} is not a count")
-                declared[root_key] = numel * torch._utils._element_size(storage_type.dtype)
-                if sum(declared.values()) > file_size:
-                    raise pickle.UnpicklingError("storages declare more bytes than the file holds")
-            return persistent_load(pid)
-
-        return load
 
     # The pure-Python unpickler keeps its memo in a dict; the C one sizes an array by the largest memo
     # index in the file, so one corrupted LONG_BINPUT made it allocate gigabytes (found by fuzzing).
@@ -154,10 +218,6 @@ def _restricted_pickle_module(file_size: int) -> types.ModuleType:
                 return allowed[full]
             raise pickle.UnpicklingError(f"GLOBAL {full} is not allowed")
 
-        def __setattr__(self, key: str, value: Any) -> None:
-            # torch assigns its storage/module resolver here; wrap it with the size check.
-            super().__setattr__(key, checked(value) if key == "persistent_load" else value)
-
         def load_build(self) -> None:
             # As torch's weights_only unpickler: BUILD (set an object's state) only on these types.
             inst = self.stack[-2] if len(self.stack) >= 2 else None
@@ -168,14 +228,7 @@ def _restricted_pickle_module(file_size: int) -> types.ModuleType:
         # _Unpickler dispatches through this table, not through method lookup.
         dispatch = {**pickle._Unpickler.dispatch, pickle.BUILD[0]: load_build}  # type: ignore[attr-defined]
 
-    def load(file: Any, **kwargs: Any) -> Any:
-        return RestrictedUnpickler(file, **kwargs).load()
-
-    module = types.ModuleType("trojanscope_restricted_pickle")
-    module.Unpickler = RestrictedUnpickler  # type: ignore[attr-defined]
-    module.load = load  # type: ignore[attr-defined]
-    module.UnpicklingError = pickle.UnpicklingError  # type: ignore[attr-defined]
-    return module
+    return RestrictedUnpickler
 
 
 def _refusal(path: Path, message: str) -> ModelFileError:
