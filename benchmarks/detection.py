@@ -28,7 +28,7 @@ import shutil
 import time
 from pathlib import Path
 
-from trojanscope.fsutil import atomic_write_bytes
+from trojanscope.fsutil import atomic_write_bytes, file_sha256
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -71,7 +71,7 @@ def features_for(zoo: Path, cache_file: Path, workers: int, families: tuple[str,
     codes = cache.setdefault("codes", {})
     dirs = list_model_dirs(zoo)
     for d in dirs:  # a model rebuilt under the same id (e.g. after a preset change) is a new model
-        sha = hashlib.sha256((d / "model.pt").read_bytes()).hexdigest()
+        sha = file_sha256(d / "model.pt")
         if models.get(d.name, {}).get("model_sha256") != sha:
             models[d.name] = {"model_sha256": sha}
     for fam in families:

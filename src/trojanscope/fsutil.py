@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -34,6 +35,11 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def file_sha256(path: Path | str) -> str:
+    """Hex sha256 of a file's bytes (run records and caches use it to tell a rewritten file from the old one)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def atomic_write_text(path: Path | str, text: str) -> None:

@@ -5,7 +5,8 @@ callables the pickle names. We read zip-format files with torch's own restricted
 (``torch.load(weights_only=True)``), which by default builds only tensors, storages and plain
 containers, and legacy-format files (torch <= 1.5) with our own reader and an unpickler holding the
 same allow-list; never ``torch.load`` with full unpickling. We extend the allow-list by exactly the
-classes a TrojAI Round 5/6 classifier pickle names (``model_factories.*`` and the ``torch.nn`` layers inside them).
+classes a TrojAI Round 5/6 classifier pickle names (``model_factories.*`` and the ``torch.nn`` layers
+inside them).
 
 Those classes are not the real ones: each name maps to an inert :class:`PickledModule` stand-in that
 only records the pickled ``__dict__``. No torch or project code runs while unpickling, not even

@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from trojanscope.errors import ConfigError, LayoutError
-from trojanscope.fsutil import atomic_write_json, check_writable_dir
+from trojanscope.fsutil import atomic_write_json, check_writable_dir, file_sha256
 from trojanscope.models.layout import MODEL_FILE, list_model_dirs
 from trojanscope.scoring._worker import load_detector_spec
 from trojanscope.scoring.metrics import score_all
@@ -71,7 +71,7 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
         _check_detector(detector, params)
 
     settings = {"zoo": str(zoo.resolve()), "detector": detector, "params": str(params) if params else None,
-                "params_sha256": _sha256(Path(params)) if params else None, "command": argv, "seed": seed}
+                "params_sha256": file_sha256(params) if params else None, "command": argv, "seed": seed}
     _check_same_run(out, settings)
     log = ResultsLog(out / "results.csv")
     names = [d.name for d in model_dirs]
@@ -221,12 +221,6 @@ def _check_same_run(out: Path, settings: dict[str, Any]) -> None:
         # the same path refitted in place: the scores already there came from other parameters
         raise ConfigError(f"{out} holds a run whose parameters file {settings['params']} had other contents; "
                           "choose another --out or delete that folder")
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _progress_bar(total: int, done: int, label: str, enabled: bool) -> Any:
