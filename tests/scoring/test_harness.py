@@ -134,6 +134,24 @@ def test_resume_scores_each_model_once(tmp_path: Path, scripts: dict[str, str]) 
     assert res.scores["n"] == 6
 
 
+def test_resume_rescores_a_model_rebuilt_under_the_same_name(tmp_path: Path, scripts: dict[str, str]) -> None:
+    # a zoo regenerated in place keeps its ids: the old score of a changed model.pt must not be reused
+    zoo = make_zoo(tmp_path / "zoo", n=3)
+    out = tmp_path / "run"
+    log = tmp_path / "argv.jsonl"
+    evaluate(zoo, out, command=scripts["args"], env={"ARGV_LOG": str(log)}, progress=False)
+    first, second, _ = list_model_dirs(zoo)
+    shutil.copyfile(second / "model.pt", first / "model.pt")
+    evaluate(zoo, out, command=scripts["args"], env={"ARGV_LOG": str(log)}, progress=False)
+    assert len(log.read_text().splitlines()) == 4  # 3, then only the rebuilt one
+    recorded = json.loads((out / "run.json").read_text())["model_sha256"]
+    assert recorded[first.name] == hashlib.sha256((second / "model.pt").read_bytes()).hexdigest()
+    csv = pd.read_csv(out / "results.csv")
+    assert sorted(csv["model_name"]) == [d.name for d in list_model_dirs(zoo)]  # the stale row was dropped
+    evaluate(zoo, out, command=scripts["args"], env={"ARGV_LOG": str(log)}, progress=False)
+    assert len(log.read_text().splitlines()) == 4  # nothing changed: nothing reruns
+
+
 def test_resume_into_another_detectors_folder_is_refused(zoo: Path, tmp_path: Path) -> None:
     evaluate(zoo, tmp_path / "run", detector="constant", models=_first(zoo, 1), progress=False)
     with pytest.raises(ConfigError, match="different detector"):

@@ -3,7 +3,8 @@
 The harness knows only the detector *contract* (a registered name or a command line), never a
 concrete detector. Models run in an order shuffled by ``seed`` from neutral copies; each answer
 is appended to ``<out>/results.csv`` as it arrives, so rerunning the same call after an
-interruption scores only the models still missing. At the end it writes ``scores.json``
+interruption scores only the models still missing (and any model whose ``model.pt`` changed since it
+was scored: ``run.json`` records each model file's sha256). At the end it writes ``scores.json``
 (metrics over the models with ground truth) and ``run.json`` (the settings, for the report).
 """
 
@@ -75,15 +76,22 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
     _check_same_run(out, settings)
     log = ResultsLog(out / "results.csv")
     names = [d.name for d in model_dirs]
+    hashes = {d.name: file_sha256(d / MODEL_FILE) for d in model_dirs}
+    recorded = _recorded_model_hashes(out)
+    # A model rebuilt in place under the same name is a new model: its old score must not be kept.
+    stale = {n for n in names if n in log.rows and recorded.get(n, hashes[n]) != hashes[n]}
+    if stale:
+        log.drop(stale)
     todo = [Task(d.name, d) for d in model_dirs if d.name not in log.rows]
     random.Random(seed).shuffle(todo)
 
     started = datetime.now(UTC).isoformat(timespec="seconds")
+    model_hashes = {**recorded, **hashes}  # a stale row is gone from results.csv, so it reruns whatever happens
     run_info = {**settings, "workers": workers, "time_limit_s": time_limit_s, "n_models": len(names),
                 "models": _covered_models(out, names if models is not None else None), "cwd": str(cwd) if cwd else None,
                 "limits": limits.__dict__ if limits else None, "env_keys": sorted(env) if env else [],
                 "started": started, "finished": None, "python": sys.version.split()[0],
-                "platform": platform.platform(), "cpus": os.cpu_count()}
+                "platform": platform.platform(), "cpus": os.cpu_count(), "model_sha256": model_hashes}
     atomic_write_json(out / "run.json", run_info)  # written first so a resumed run can be checked against it
     t0 = time.perf_counter()
     if todo:
@@ -156,6 +164,18 @@ def _covered_models(out: Path, names: list[str] | None) -> list[str] | None:
     if previous is None and (out / "results.csv").is_file() and (out / "results.csv").read_text().count("\n") > 1:
         return None
     return sorted(set(previous or []) | set(names))
+
+
+def _recorded_model_hashes(out: Path) -> dict[str, str]:
+    """model.pt sha256 per model name as recorded by earlier calls into ``out`` ({} for runs made before
+    hashes were recorded: their rows are kept as they are)."""
+    import json
+
+    try:
+        hashes = json.loads((out / "run.json").read_text()).get("model_sha256") if (out / "run.json").is_file() else {}
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return hashes if isinstance(hashes, dict) else {}
 
 
 def _select_models(zoo: Path, models: Sequence[Path] | None) -> list[Path]:

@@ -100,17 +100,31 @@ class ResultsLog:
                                               rec["reason"], float(rec["seconds"] or 0.0))
         return rows
 
+    @staticmethod
+    def _row(outcome: Outcome) -> list[str]:
+        return [outcome.model_name, repr(float(outcome.probability)), outcome.status, one_line(outcome.reason),
+                f"{outcome.seconds:.4f}"]
+
     def append(self, outcome: Outcome) -> None:
         buf = io.StringIO()
-        csv.writer(buf, lineterminator="\n").writerow(
-            [outcome.model_name, repr(float(outcome.probability)), outcome.status, one_line(outcome.reason),
-             f"{outcome.seconds:.4f}"])
+        csv.writer(buf, lineterminator="\n").writerow(self._row(outcome))
         with self._lock:
             with open(self.path, "a", encoding="utf-8") as fh:
                 fh.write(buf.getvalue())
                 fh.flush()
                 os.fsync(fh.fileno())
             self.rows[outcome.model_name] = outcome
+
+    def drop(self, names: set[str]) -> None:
+        """Forget the rows of ``names`` (rewrites the file atomically, keeping one row per model)."""
+        with self._lock:
+            for n in names:
+                self.rows.pop(n, None)
+            buf = io.StringIO()
+            writer = csv.writer(buf, lineterminator="\n")
+            writer.writerow(RESULT_COLUMNS)
+            writer.writerows(self._row(o) for o in self.rows.values())
+            atomic_write_text(self.path, buf.getvalue())
 
     def frame(self, names: list[str] | None = None) -> pd.DataFrame:
         """Rows as a DataFrame (optionally only ``names``, in that order)."""
