@@ -75,6 +75,17 @@ def test_factor_table_counts_and_trigger_levels_include_all_clean(zoo: Path) -> 
     assert np.allclose(table["cross_entropy"], math.log(2))
 
 
+def test_factor_table_breaks_down_head_shape() -> None:
+    # Round 6 varies hidden size, depth and direction: each is a model-level factor when METADATA has it
+    meta = pd.DataFrame({"model_name": ["a", "b", "c", "d"], "hidden_size": ["256", "512", "256", "512"],
+                         "n_layers": ["2", "2", "4", "4"], "bidirectional": ["True", "False", "False", "True"]})
+    scored = pd.DataFrame({"model_name": ["a", "b", "c", "d"], "probability": [0.9, 0.2, 0.3, 0.4],
+                           "ground_truth": pd.array([1, 0, 0, 1], dtype="Int64")})
+    table = factor_table(scored, meta).set_index(["factor", "level"])
+    assert table.loc[("hidden size", "256"), "n"] == 2 and table.loc[("hidden size", "512"), "mean_p_poisoned"] == 0.4
+    assert table.loc[("layers", "4"), "roc_auc"] == 1.0 and table.loc[("bidirectional", "True"), "n_clean"] == 0
+
+
 def test_prevalence_sweep_hits_its_prevalences() -> None:
     rng = np.random.default_rng(0)
     y = np.array([0] * 100 + [1] * 100)

@@ -29,6 +29,9 @@ from trojanscope.scoring.metrics import (
 FACTORS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("architecture", ("model_architecture", "architecture"), False),
     ("embedding", ("embedding", "embedding_flavor"), False),
+    ("hidden size", ("hidden_size",), False),
+    ("layers", ("n_layers",), False),
+    ("bidirectional", ("bidirectional",), False),
     ("trigger type", ("triggers_0_type", "trigger_type", "triggers_0_trigger_type"), True),
     ("condition", ("triggers_0_condition", "trigger_condition", "condition"), True),
     ("organisation", ("trigger_organization", "trigger_organisation", "triggers_organization",
