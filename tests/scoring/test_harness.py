@@ -248,15 +248,13 @@ def test_one_model_per_call_keeps_the_whole_run_reportable(tmp_path: Path) -> No
 
 def test_resume_with_refitted_parameters_is_refused(tmp_path: Path) -> None:
     # benchmarks refit params/default.json in place: a resumed run would mix scores from two fits
-    import json
-
-    from trojanscope.scoring.harness import _check_same_run
+    from trojanscope.scoring.harness import _check_same_run, _previous_run
 
     out = tmp_path / "run"
     out.mkdir()
     settings = {"zoo": "/z", "detector": "default", "params": "p.json", "params_sha256": "aa", "command": None}
     (out / "run.json").write_text(json.dumps(settings))
     (out / "results.csv").write_text("model_name,probability\nid-00000000,0.5\n")
-    _check_same_run(out, settings)  # same file contents: resuming is fine
+    _check_same_run(out, _previous_run(out), settings)  # same file contents: resuming is fine
     with pytest.raises(ConfigError, match="parameters file p.json had other contents"):
-        _check_same_run(out, {**settings, "params_sha256": "bb"})
+        _check_same_run(out, _previous_run(out), {**settings, "params_sha256": "bb"})

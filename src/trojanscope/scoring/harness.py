@@ -73,11 +73,13 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
 
     settings = {"zoo": str(zoo.resolve()), "detector": detector, "params": str(params) if params else None,
                 "params_sha256": file_sha256(params) if params else None, "command": argv, "seed": seed}
-    _check_same_run(out, settings)
+    previous = _previous_run(out)
+    _check_same_run(out, previous, settings)
     log = ResultsLog(out / "results.csv")
     names = [d.name for d in model_dirs]
     hashes = {d.name: file_sha256(d / MODEL_FILE) for d in model_dirs}
-    recorded = _recorded_model_hashes(out)
+    recorded = previous.get("model_sha256")
+    recorded = recorded if isinstance(recorded, dict) else {}  # runs made before hashes were recorded: {}
     # A model rebuilt in place under the same name is a new model: its old score must not be kept.
     stale = {n for n in names if n in log.rows and recorded.get(n, hashes[n]) != hashes[n]}
     if stale:
@@ -87,8 +89,9 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
 
     started = datetime.now(UTC).isoformat(timespec="seconds")
     model_hashes = {**recorded, **hashes}  # a stale row is gone from results.csv, so it reruns whatever happens
+    covered = _covered_models(out, previous, names if models is not None else None)
     run_info = {**settings, "workers": workers, "time_limit_s": time_limit_s, "n_models": len(names),
-                "models": _covered_models(out, names if models is not None else None), "cwd": str(cwd) if cwd else None,
+                "models": covered, "cwd": str(cwd) if cwd else None,
                 "limits": limits.__dict__ if limits else None, "env_keys": sorted(env) if env else [],
                 "started": started, "finished": None, "python": sys.version.split()[0],
                 "platform": platform.platform(), "cpus": os.cpu_count(), "model_sha256": model_hashes}
@@ -147,35 +150,29 @@ def scores_for(results: pd.DataFrame) -> dict[str, Any]:
     return scores
 
 
-def _covered_models(out: Path, names: list[str] | None) -> list[str] | None:
+def _previous_run(out: Path) -> dict[str, Any]:
+    """``out/run.json`` as written by an earlier call ({} when there is none or it cannot be read)."""
+    import json
+
+    try:
+        previous = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else {}
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return previous if isinstance(previous, dict) else {}
+
+
+def _covered_models(out: Path, previous_run: dict[str, Any], names: list[str] | None) -> list[str] | None:
     """The models this run folder covers: the union over calls (None = the whole zoo).
 
     A caller that scores a zoo one model per call (the leaderboard) keeps a run.json that names
     every model done so far, so ``write_report(out)`` reports all of them, not just the last.
     """
-    import json
-
     if names is None:
         return None
-    try:
-        previous = json.loads((out / "run.json").read_text()).get("models", []) if (out / "run.json").is_file() else []
-    except (OSError, json.JSONDecodeError):
-        previous = []
+    previous = previous_run.get("models", [])
     if previous is None and (out / "results.csv").is_file() and (out / "results.csv").read_text().count("\n") > 1:
         return None
     return sorted(set(previous or []) | set(names))
-
-
-def _recorded_model_hashes(out: Path) -> dict[str, str]:
-    """model.pt sha256 per model name as recorded by earlier calls into ``out`` ({} for runs made before
-    hashes were recorded: their rows are kept as they are)."""
-    import json
-
-    try:
-        hashes = json.loads((out / "run.json").read_text()).get("model_sha256") if (out / "run.json").is_file() else {}
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return hashes if isinstance(hashes, dict) else {}
 
 
 def _select_models(zoo: Path, models: Sequence[Path] | None) -> list[Path]:
@@ -221,18 +218,11 @@ def _check_detector(detector: str, params: Path | str | None) -> None:
         raise ConfigError(f"{params}: detector parameter file not found")
 
 
-def _check_same_run(out: Path, settings: dict[str, Any]) -> None:
+def _check_same_run(out: Path, previous: dict[str, Any], settings: dict[str, Any]) -> None:
     """Resuming into a folder that holds another detector's results would mix two runs."""
-    import json
-
-    path = out / "run.json"
     results = out / "results.csv"
-    if not results.is_file() or not path.is_file() or results.read_text().count("\n") < 2:
-        return  # nothing scored yet: the folder can be reused freely
-    try:
-        previous = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return
+    if not previous or not results.is_file() or results.read_text().count("\n") < 2:
+        return  # nothing scored yet (or no readable run.json): the folder can be reused freely
     for key in ("zoo", "detector", "params", "command"):
         if previous.get(key) != settings[key]:
             raise ConfigError(f"{out} holds a run with a different {key} ({previous.get(key)!r}); "
