@@ -12,6 +12,8 @@ Image models (reduced config ``modality = "image"``) get an image context instea
 
 - ``image-weights``: spectra and tails of the CNN's conv layers, outlying class rows of its final layer.
 - ``cleanse``: Neural-Cleanse mask/pattern inversion per target class.
+- ``blob-scan``: flip rates of one-colour squares stamped where each example's sign is, per class pair.
+- ``stimulation``: ABS-style single-channel stimulation of late ReLU layers (does one channel carry a label?).
 """
 
 from __future__ import annotations
@@ -57,5 +59,9 @@ FEATURES.register("image-weights", "trojanscope.detectors.features.image_weights
                   help="Image CNNs: spectra/tails of conv layers and outlying class rows of the final layer.")
 FEATURES.register("cleanse", "trojanscope.detectors.features.cleanse:NeuralCleanse",
                   help="Image CNNs: Neural-Cleanse mask/pattern inversion per target class.")
+FEATURES.register("stimulation", "trojanscope.detectors.features.stimulation:NeuronStimulation",
+                  help="Image CNNs: raise one channel of a late ReLU layer; share of other classes sent to one label.")
+FEATURES.register("blob-scan", "trojanscope.detectors.features.blob_scan:BlobScan",
+                  help="Image CNNs: flip rates of one-colour squares stamped on each example's salient region.")
 
 __all__ = ["FEATURES", "FeatureFamily"]

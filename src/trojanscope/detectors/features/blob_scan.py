@@ -1,0 +1,103 @@
+"""Uniform-colour patch scan for image classifiers: does a small one-colour blob on the sign flip a class?
+
+A Round 0/1 trigger is a one-colour polygon painted on the sign, so a trojaned CNN carries a shortcut
+"a small blob of colour on a sign of class s means class t". The scan looks for it without gradients
+through the input's pixels: each clean example's sign is located by the model's own saliency (the
+peak of the smoothed input gradient of its true-class logit), and a square of every colour of a
+3x3x3 grid over the model's input range is stamped there at a few sizes. For each source → target
+pair, the share of the source's examples sent to the target is read at the best colour and averaged
+over colours. A clean CNN mostly shrugs a small blob off, or scatters its errors; a trojaned one sends
+one source (often several) to one target, frequently for many colours: the trigger it learned is
+coarser than the exact polygon. The meta-classifier calibrates these rates against clean models.
+
+Pixels are set in model-input space (NCHW, BGR, after the per-image min-max scaling), where a colour of
+the grid is an extreme or middle value of each channel; the stamped images are not rescaled again.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trojanscope.detectors.features import FeatureFamily
+
+_LEVELS = (0.0, 0.5, 1.0)
+
+
+def locate(ctx, smooth: int = 9) -> np.ndarray:
+    """Per example, (row, col) of the peak of its smoothed saliency |d logit_true / d x|: where its sign is."""
+    import torch
+    from torch.nn import functional as F  # noqa: N812
+
+    x = torch.from_numpy(np.ascontiguousarray(ctx.x)).requires_grad_(True)
+    logits = ctx.model(x)
+    score = logits.gather(1, torch.from_numpy(ctx.y)[:, None]).sum()
+    grad = torch.autograd.grad(score, x, allow_unused=True)[0] if score.requires_grad else None
+    side = x.shape[-1]
+    if grad is None:  # the output does not depend on the pixels: no sign to find, stamp the centre
+        return np.full((len(x), 2), side // 2)
+    sal = F.avg_pool2d(grad.abs().sum(1, keepdim=True), smooth, stride=1, padding=smooth // 2)[:, 0]
+    flat = sal.reshape(len(sal), -1).argmax(1).numpy()
+    centres = np.stack([flat // side, flat % side], axis=1)
+    centres[sal.reshape(len(sal), -1).amax(1).numpy() <= 0] = side // 2  # flat saliency: the centre
+    return centres
+
+
+def stamp_squares(x: np.ndarray, centres: np.ndarray, side: int, colour: np.ndarray) -> np.ndarray:
+    """A copy of ``x`` [N, 3, S, S] with a ``side`` x ``side`` square of ``colour`` (3 channels, model-input
+    order) centred on each image's centre, shifted inwards where it would leave the frame."""
+    out = x.copy()
+    size = x.shape[-1]
+    for i, (cy, cx) in enumerate(centres):
+        y0 = int(np.clip(cy - side // 2, 0, size - side))
+        x0 = int(np.clip(cx - side // 2, 0, size - side))
+        out[i, :, y0 : y0 + side, x0 : x0 + side] = colour[:, None, None]
+    return out
+
+
+class BlobScan(FeatureFamily):
+    name = "blob-scan"
+    description = "Flip rates of one-colour squares stamped on each example's salient region, per class pair."
+    needs = frozenset({"weights", "gradients", "clean_examples"})
+    modality = "image"
+
+    def __init__(self, sides: tuple[int, ...] = (6, 10, 14), smooth: int = 9) -> None:
+        self.sides = tuple(int(s) for s in sides)
+        self.smooth = smooth
+
+    def rates(self, ctx) -> np.ndarray:
+        """[len(sides), C, C, colours]: share of class-s examples predicted t with that square stamped."""
+        colours = np.array([(b, g, r) for b in _LEVELS for g in _LEVELS for r in _LEVELS], dtype=np.float32)
+        centres = locate(ctx, self.smooth)
+        c = ctx.n_classes
+        out = np.zeros((len(self.sides), c, c, len(colours)))
+        for k, side in enumerate(self.sides):
+            side = min(side, ctx.x.shape[-1])
+            batch = np.concatenate([stamp_squares(ctx.x, centres, side, col) for col in colours])
+            pred = ctx.logits(batch, batch=512).argmax(1).reshape(len(colours), len(ctx.x))
+            for s in range(c):
+                of_s = pred[:, ctx.y == s]
+                if of_s.shape[1]:
+                    out[k, s] = (of_s[None, :, :] == np.arange(c)[:, None, None]).mean(2)
+        return out
+
+    def compute(self, ctx) -> dict[str, float]:
+        r = self.rates(ctx)
+        c = ctx.n_classes
+        off = ~np.eye(c, dtype=bool)
+        feats: dict[str, float] = {}
+        for k, side in enumerate(self.sides):
+            best = r[k].max(-1)  # [s, t]: at the best colour
+            mean = r[k].mean(-1)  # [s, t]: averaged over colours
+            pairs = np.sort(best[off])[::-1]
+            wrong = best.sum(1) - np.diag(best)  # per source: best-colour rates summed over wrong targets
+            s, t = np.unravel_index(np.where(off, best, -1.0).argmax(), best.shape)
+            to_target = [best[np.arange(c) != t, t].mean() for t in range(c)]
+            feats.update({
+                f"max_pair_{side}": float(pairs[0]),
+                f"second_pair_{side}": float(pairs[1]) if len(pairs) > 1 else 0.0,
+                f"median_pair_{side}": float(np.median(pairs)),
+                f"max_colour_mean_{side}": float(mean[off].max()),
+                f"max_target_{side}": float(max(to_target)),
+                f"focus_{side}": float(best[s, t] / max(wrong[s], 1e-6)),
+            })  # fmt: skip
+        return feats

@@ -1,0 +1,115 @@
+"""Neuron stimulation for image classifiers, after ABS (Liu et al., CCS 2019): one channel that, raised on its
+own, sends images of every class to one label.
+
+A polygon trigger is learned as a feature — a few channels of a late convolutional layer that fire on the
+trigger and drive the target logit. Raising such a channel over the whole feature map, with every other
+channel left as the clean image made it, sends images of every class to the target: the channel alone
+carries a label. A clean network's channels are shared between classes, so one raised channel rarely
+overrides the rest of the image at the same level. For the deepest ``layers`` ReLU outputs (each called
+once per forward), every channel is set to ``level`` times the layer's largest clean activation, for a
+few levels, on a few clean examples per class; the rate at which the examples not already of the winning
+label go to it is read per channel. The features are the strongest channel's rate per layer and level,
+the runner-up's, and how many channels flip most of the images; the meta-classifier calibrates them
+against clean models.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trojanscope.detectors.features import FeatureFamily
+
+
+def relu_layers(model, x) -> list:
+    """The model's ReLU modules that run exactly once per forward pass on a 4-D map, in call order."""
+    import torch
+    from torch import nn
+
+    calls: dict[int, int] = {}
+    order: list = []
+
+    def count(module, _inputs, output):
+        if output.dim() == 4:
+            calls[id(module)] = calls.get(id(module), 0) + 1
+            if module not in order:
+                order.append(module)
+
+    handles = [m.register_forward_hook(count) for m in model.modules() if isinstance(m, nn.ReLU)]
+    try:
+        with torch.inference_mode():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return [m for m in order if calls[id(m)] == 1]
+
+
+class NeuronStimulation(FeatureFamily):
+    name = "stimulation"
+    description = "ABS-style: raise one channel of a late ReLU layer; how many images of other classes follow it."
+    needs = frozenset({"weights", "clean_examples"})
+    modality = "image"
+
+    def __init__(self, layers: int = 3, levels: tuple[float, ...] = (0.5, 1.0, 2.0), per_class: int = 4,
+                 max_channels: int = 128, flip: float = 0.9) -> None:
+        self.layers = layers
+        self.levels = tuple(float(v) for v in levels)
+        self.per_class = per_class
+        self.max_channels = max_channels
+        self.flip = flip
+
+    def _layer_rates(self, ctx, module, x, y) -> np.ndarray:
+        """[levels, channels]: with one channel raised, the share of images not of the majority label that go
+        to it (the majority over all images, so a channel that moves nothing scores 0)."""
+        import torch
+
+        with torch.inference_mode():
+            acts: list = []
+            h = module.register_forward_hook(lambda _m, _i, out: acts.append(out))
+            try:
+                ctx.model(x)
+            finally:
+                h.remove()
+        clean = acts[0]
+        top = float(clean.amax())
+        n_ch = min(int(clean.shape[1]), self.max_channels)
+        n = len(x)
+        out = np.zeros((len(self.levels), n_ch))
+        for li, level in enumerate(self.levels):
+            value = level * max(top, 1e-6)
+
+            def raise_channel(_m, _i, output, value=value):
+                output = output.clone()
+                for c in range(n_ch):
+                    output[c * n : (c + 1) * n, c] = value
+                return output
+
+            h = module.register_forward_hook(raise_channel)
+            try:
+                with torch.inference_mode():
+                    pred = ctx.model(x.repeat(n_ch, 1, 1, 1)).argmax(1).view(n_ch, n).numpy()
+            finally:
+                h.remove()
+            for c in range(n_ch):
+                label = np.bincount(pred[c], minlength=ctx.n_classes).argmax()
+                others = y != label
+                out[li, c] = float((pred[c][others] == label).mean()) if others.any() else 0.0
+        return out
+
+    def compute(self, ctx) -> dict[str, float]:
+        import torch
+
+        idx = np.concatenate([np.flatnonzero(ctx.y == c)[: self.per_class] for c in range(ctx.n_classes)])
+        x = torch.from_numpy(np.ascontiguousarray(ctx.x[idx]))
+        y = ctx.y[idx]
+        layers = relu_layers(ctx.model, x[:1])[-self.layers :]
+        layers = [None] * (self.layers - len(layers)) + layers  # shallow nets: missing layers read as zeros
+        feats: dict[str, float] = {}
+        for depth, module in enumerate(reversed(layers)):  # depth 0 = deepest
+            rates = self._layer_rates(ctx, module, x, y) if module is not None else np.zeros((len(self.levels), 2))
+            for li, level in enumerate(self.levels):
+                r = np.sort(rates[li])[::-1]
+                feats[f"d{depth}_x{level:g}_top"] = float(r[0])
+                feats[f"d{depth}_x{level:g}_second"] = float(r[1]) if len(r) > 1 else 0.0
+                feats[f"d{depth}_x{level:g}_count"] = float((r >= self.flip).sum())
+        return feats

@@ -1,0 +1,122 @@
+"""The image feature families' building blocks on hand-built CNNs whose answer is known: where the blob scan
+stamps, which layers stimulation hooks, and that each family finds a planted shortcut and no shortcut where
+none was planted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from trojanscope.detectors.features.blob_scan import BlobScan, locate, stamp_squares
+from trojanscope.detectors.features.stimulation import NeuronStimulation, relu_layers
+from trojanscope.detectors.image_context import ImageContext
+
+S, C = 16, 3
+
+
+def _ctx(model: nn.Module, x: np.ndarray, y: np.ndarray) -> ImageContext:
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return ImageContext(inputs=None, model=model, x=x.astype(np.float32), y=y, n_classes=C)
+
+
+def _images(n_per_class: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """Noise images whose class c shows as a brighter channel c."""
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(C), n_per_class)
+    x = rng.uniform(0.4, 0.6, size=(len(y), 3, S, S))
+    x[np.arange(len(y)), y] += 0.3
+    return x, y
+
+
+class _Window(nn.Module):
+    """Class scores read only from the pixels inside a window: the gradient is zero everywhere else."""
+
+    def __init__(self, r0: int, c0: int, side: int) -> None:
+        super().__init__()
+        self.r0, self.c0, self.side = r0, c0, side
+        self.w = nn.Parameter(torch.linspace(-1, 1, C * 3).view(C, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        win = x[:, :, self.r0 : self.r0 + self.side, self.c0 : self.c0 + self.side].mean(dim=(2, 3))
+        return win @ self.w.T
+
+
+class _Shortcut(nn.Module):
+    """Classifies by the brightest channel, except (when armed) that a pure-red (BGR (0, 0, 1)) blob anywhere
+    means class 2: a planted polygon-style shortcut the blob scan should find."""
+
+    def __init__(self, armed: bool) -> None:
+        super().__init__()
+        self.armed = armed
+        self.scale = nn.Parameter(torch.tensor(10.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.scale * x.mean(dim=(2, 3))
+        if self.armed:
+            red = torch.relu(x[:, 2] - x[:, 0] - x[:, 1] - 0.5).amax(dim=(1, 2))  # > 0 only on red pixels
+            logits = logits + torch.stack([torch.zeros_like(red), torch.zeros_like(red), 40 * red], 1)
+        return logits
+
+
+def test_stamp_squares_paints_the_square_inside_the_frame():
+    x = np.zeros((2, 3, S, S), np.float32)
+    out = stamp_squares(x, np.array([[8, 8], [0, S - 1]]), 5, np.array([1.0, 0.5, 0.25], np.float32))
+    assert x.sum() == 0  # the input is left alone
+    for img in out:  # the corner centre is shifted inwards, so both squares keep all 25 pixels
+        assert (img[0] == 1.0).sum() == 25 and (img[1] == 0.5).sum() == 25 and (img[2] == 0.25).sum() == 25
+    assert out[1, 0, 0:5, S - 5 : S].min() == 1.0
+
+
+def test_locate_finds_the_region_the_model_reads():
+    x, y = _images()
+    centres = locate(_ctx(_Window(9, 2, 4), x, y), smooth=3)
+    assert np.all((centres[:, 0] >= 9) & (centres[:, 0] < 13) & (centres[:, 1] >= 2) & (centres[:, 1] < 6))
+
+
+@pytest.mark.parametrize("armed", [True, False])
+def test_blob_scan_finds_a_planted_colour_shortcut_and_only_that(armed):
+    x, y = _images()
+    feats = BlobScan(sides=(4,)).compute(_ctx(_Shortcut(armed), x, y))
+    assert set(feats) == {"max_pair_4", "second_pair_4", "median_pair_4", "max_colour_mean_4", "max_target_4",
+                          "focus_4"}
+    # armed: class 0 and 1 examples both go to class 2 under a red square; unarmed: a 4x4 square moves a
+    # channel mean by far less than the class gap, so nothing changes class
+    assert feats["max_pair_4"] == (1.0 if armed else 0.0)
+    assert feats["max_target_4"] == (1.0 if armed else 0.0)
+
+
+class _Net(nn.Module):
+    def __init__(self, shared_relu: bool) -> None:
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+        self.relu1 = nn.ReLU()
+        self.relu2 = self.relu1 if shared_relu else nn.ReLU()
+        self.linear = nn.Linear(4, C)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.relu2(self.conv2(self.relu1(self.conv1(x))))
+        return self.linear(h.mean(dim=(2, 3)))
+
+
+def test_relu_layers_keeps_only_relus_called_once():
+    x = torch.zeros(1, 3, S, S)
+    net = _Net(shared_relu=False)
+    assert relu_layers(net, x) == [net.relu1, net.relu2]
+    assert relu_layers(_Net(shared_relu=True), x) == []  # one module called twice: its output is ambiguous
+
+
+def test_stimulation_reads_a_channel_that_carries_a_label():
+    torch.manual_seed(0)
+    net = _Net(shared_relu=False)
+    with torch.no_grad():  # channel 3 of the last layer drives class 2 alone; the others spread over classes
+        net.linear.weight.copy_(torch.tensor([[1.0, -1.0, 0.2, 0.0], [-1.0, 1.0, 0.2, 0.0], [0.0, 0.0, 0.0, 8.0]]))
+        net.linear.bias.zero_()
+    x, y = _images()
+    feats = NeuronStimulation(layers=2, levels=(1.0,), per_class=4).compute(_ctx(net, x, y))
+    assert feats["d0_x1_top"] == 1.0  # raising channel 3 sends every class-0/1 image to class 2
+    assert set(feats) == {f"d{d}_x1_{k}" for d in (0, 1) for k in ("top", "second", "count")}
+    assert all(np.isfinite(v) for v in feats.values())
