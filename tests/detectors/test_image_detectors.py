@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from trojanscope.cli import build_app
 from trojanscope.detectors import load_detector
 
-LIGHT = {"cleanse": {"steps": 5, "per_class": 3}}
+LIGHT = {"cleanse": {"steps": 5, "per_class": 3}, "blob-scan": {"sides": [4]}, "stimulation": {"per_class": 2}}
 
 
 @pytest.fixture(scope="module")
@@ -31,17 +31,17 @@ def fitted_image(tiny_image_zoo, tmp_path_factory):
 
 @pytest.mark.slow
 def test_image_features_are_finite_and_deterministic(tiny_image_zoo):
-    from trojanscope.detectors.features.cleanse import NeuralCleanse
-    from trojanscope.detectors.features.image_weights import ImageWeightStats
+    from trojanscope.detectors.features import FEATURES
     from trojanscope.detectors.learned import compute_features, inputs_for_model_dir
     from trojanscope.models.layout import list_model_dirs
 
     inputs = inputs_for_model_dir(list_model_dirs(tiny_image_zoo)[0])
-    fams = [ImageWeightStats(), NeuralCleanse(steps=5, per_class=3)]
+    names = ("image-weights", "cleanse", "blob-scan", "stimulation")
+    fams = [FEATURES.get(n)(**LIGHT.get(n, {})) for n in names]
     a = compute_features(inputs, fams)
     b = compute_features(inputs, fams)
     assert a == b
-    assert {k.split(".")[0] for k in a} == {"image-weights", "cleanse"}
+    assert {k.split(".")[0] for k in a} == set(names)
     assert all(math.isfinite(v) for v in a.values())
     assert 0 <= a["cleanse.min_area"] <= a["cleanse.median_area"] <= 1
 
@@ -113,6 +113,6 @@ def test_default_detector_routes_image_models_and_text_detectors_refuse_them(tin
     inputs = inputs_for_model_dir(list_model_dirs(tiny_image_zoo)[0])
     d = load_detector("default").score(inputs)  # routed to image-default by the reduced config
     assert 0 < d.probability < 1
-    assert d.features and all(k.startswith(("image-weights.", "cleanse.")) for k in d.features)
+    assert d.features and all(k.startswith(("image-weights.", "blob-scan.", "stimulation.")) for k in d.features)
     with pytest.raises(ConfigError, match="use --detector image-default"):
         WeightsDetector().fit([inputs, inputs], [0, 1])

@@ -25,8 +25,12 @@ DETECTORS.register("image-weights", "trojanscope.detectors.learned:ImageWeightsD
                    help="Image CNNs: weight statistics alone (needs --params).")
 DETECTORS.register("cleanse", "trojanscope.detectors.learned:CleanseDetector",
                    help="Image CNNs: Neural-Cleanse inversion per target class, calibrated (needs --params).")
+DETECTORS.register("blob-scan", "trojanscope.detectors.learned:BlobScanDetector",
+                   help="Image CNNs: one-colour squares stamped on each example's sign, calibrated (needs --params).")
+DETECTORS.register("stimulation", "trojanscope.detectors.learned:StimulationDetector",
+                   help="Image CNNs: ABS-style single-channel stimulation of late layers, calibrated (needs --params).")
 DETECTORS.register("image-default", "trojanscope.detectors.learned:ImageDefaultDetector",
-                   help="Image CNNs: calibrated combination of image-weights and cleanse (needs --params).")
+                   help="Image CNNs: calibrated combination of image-weights, blob-scan and stimulation.")
 
 
 def load_detector(name: str, params: str | None = None) -> Detector:

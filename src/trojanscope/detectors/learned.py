@@ -152,7 +152,7 @@ class MetaDetector(Detector):
 
         got = "image" if is_image_model(inputs) else "text"
         if got != self.modality:
-            fix = "image-default (or image-weights, cleanse)" if got == "image" else "default"
+            fix = "image-default (or image-weights, blob-scan, stimulation, cleanse)" if got == "image" else "default"
             raise ConfigError(f"{inputs.model_filepath}: a {got} model, but detector {self.name!r} reads "
                               f"{self.modality} models; use --detector {fix}")
 
@@ -296,11 +296,27 @@ class CleanseDetector(MetaDetector):
     needs = frozenset({"weights", "gradients", "clean_examples"})
 
 
+class BlobScanDetector(MetaDetector):
+    modality = "image"
+    name = "blob-scan"
+    description = "Image CNNs: flip rates of one-colour squares stamped on each example's sign, calibrated."
+    families = ("blob-scan",)
+    needs = frozenset({"weights", "gradients", "clean_examples"})
+
+
+class StimulationDetector(MetaDetector):
+    modality = "image"
+    name = "stimulation"
+    description = "Image CNNs: ABS-style single-channel stimulation of late ReLU layers, calibrated."
+    families = ("stimulation",)
+    needs = frozenset({"weights", "clean_examples"})
+
+
 class ImageDefaultDetector(MetaDetector):
     modality = "image"
     name = "image-default"
-    description = "Image CNNs: calibrated combination of weight statistics and Neural-Cleanse inversion."
-    families = ("image-weights", "cleanse")
+    description = "Image CNNs: calibrated combination of weight statistics, the blob scan and neuron stimulation."
+    families = ("image-weights", "blob-scan", "stimulation")
     shipped = "image-default.json"
     needs = frozenset({"weights", "gradients", "clean_examples"})
 
