@@ -22,6 +22,7 @@ from trojanscope.models.layout import list_model_dirs
 DETECTOR = """
 import json, sys, torch
 zoo, x_path = sys.argv[1], sys.argv[2]
+torch.set_num_threads(int(sys.argv[4]))  # the parent's: a GRU's last bits depend on the thread count
 sys.path.insert(0, zoo)
 x = torch.load(x_path, weights_only=True)
 out = {}
@@ -71,7 +72,8 @@ def test_round_trip_through_a_trojai_detector(tiny_zoo: Path, tmp_path: Path) ->
     x = torch.randn(6, 1, E)
     torch.save(x, tmp_path / "x.pt")
     names = [p.name for p in exported]
-    result = subprocess.run([sys.executable, "-c", DETECTOR, str(out), str(tmp_path / "x.pt"), json.dumps(names)],
+    result = subprocess.run([sys.executable, "-c", DETECTOR, str(out), str(tmp_path / "x.pt"), json.dumps(names),
+                             str(torch.get_num_threads())],
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     logits = json.loads(result.stdout)
