@@ -6,9 +6,11 @@ through the input's pixels: each clean example's sign is located by the model's 
 peak of the smoothed input gradient of its true-class logit), and a square of every colour of a
 3x3x3 grid over the model's input range is stamped there at a few sizes. For each source → target
 pair, the share of the source's examples sent to the target is read at the best colour and averaged
-over colours. A clean CNN mostly shrugs a small blob off, or scatters its errors; a trojaned one sends
-one source (often several) to one target, frequently for many colours: the trigger it learned is
-coarser than the exact polygon. The meta-classifier calibrates these rates against clean models.
+over colours. A trojaned CNN sends one source (often several) to one target, frequently for many
+colours: the trigger it learned is coarser than the exact polygon. Many clean CNNs shrug a small blob
+off, but not all: small 5-class nets trained from scratch can carry natural shortcuts of the same form,
+usually for a colour no sign has (docs/detectors.md measures how much that costs). The meta-classifier
+calibrates these rates against clean models.
 
 Pixels are set in model-input space (NCHW, BGR, after the per-image min-max scaling), where a colour of
 the grid is an extreme or middle value of each channel; the stamped images are not rescaled again.
