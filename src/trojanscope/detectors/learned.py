@@ -152,7 +152,13 @@ class MetaDetector(Detector):
 
         got = "image" if is_image_model(inputs) else "text"
         if got != self.modality:
-            fix = "image-default (or image-weights, blob-scan, stimulation, cleanse)" if got == "image" else "default"
+            fix = "default"
+            if got == "image":  # every registered image detector, so a new one needs no edit here
+                from trojanscope.detectors import DETECTORS
+
+                others = [n for n in DETECTORS.names()
+                          if n != "image-default" and getattr(DETECTORS.get(n), "modality", None) == "image"]
+                fix = f"image-default (or {', '.join(others)})"
             raise ConfigError(f"{inputs.model_filepath}: a {got} model, but detector {self.name!r} reads "
                               f"{self.modality} models; use --detector {fix}")
 

@@ -23,6 +23,7 @@ import numpy as np
 from trojanscope.detectors.features import FeatureFamily
 
 _LEVELS = (0.0, 0.5, 1.0)
+_COLOURS = np.array([(b, g, r) for b in _LEVELS for g in _LEVELS for r in _LEVELS], dtype=np.float32)  # 27
 
 
 def locate(ctx, smooth: int = 9) -> np.ndarray:
@@ -68,7 +69,7 @@ class BlobScan(FeatureFamily):
 
     def rates(self, ctx) -> np.ndarray:
         """[len(sides), C, C, colours]: share of class-s examples predicted t with that square stamped."""
-        colours = np.array([(b, g, r) for b in _LEVELS for g in _LEVELS for r in _LEVELS], dtype=np.float32)
+        colours = _COLOURS
         centres = locate(ctx, self.smooth)
         c = ctx.n_classes
         out = np.zeros((len(self.sides), c, c, len(colours)))
@@ -93,7 +94,7 @@ class BlobScan(FeatureFamily):
             pairs = np.sort(best[off])[::-1]
             wrong = best.sum(1) - np.diag(best)  # per source: best-colour rates summed over wrong targets
             s, t = np.unravel_index(np.where(off, best, -1.0).argmax(), best.shape)
-            to_target = [best[np.arange(c) != t, t].mean() for t in range(c)]
+            to_target = [best[np.arange(c) != j, j].mean() for j in range(c)]
             feats.update({
                 f"max_pair_{side}": float(pairs[0]),
                 f"second_pair_{side}": float(pairs[1]) if len(pairs) > 1 else 0.0,

@@ -58,21 +58,13 @@ class NeuronStimulation(FeatureFamily):
         self.max_channels = max_channels
         self.flip = flip
 
-    def _layer_rates(self, ctx, module, x, y) -> np.ndarray:
+    def _layer_rates(self, ctx, module, x, y, top: float, channels: int) -> np.ndarray:
         """[levels, channels]: with one channel raised, the share of images not of the majority label that go
-        to it (the majority over all images, so a channel that moves nothing scores 0)."""
+        to it (the majority over all images, so a channel that moves nothing scores 0). ``top`` is the layer's
+        largest activation on the clean ``x``, ``channels`` its channel count."""
         import torch
 
-        with torch.inference_mode():
-            acts: list = []
-            h = module.register_forward_hook(lambda _m, _i, out: acts.append(out))
-            try:
-                ctx.model(x)
-            finally:
-                h.remove()
-        clean = acts[0]
-        top = float(clean.amax())
-        n_ch = min(int(clean.shape[1]), self.max_channels)
+        n_ch = min(channels, self.max_channels)
         n = len(x)
         out = np.zeros((len(self.levels), n_ch))
         for li, level in enumerate(self.levels):
@@ -96,17 +88,38 @@ class NeuronStimulation(FeatureFamily):
                 out[li, c] = float((pred[c][others] == label).mean()) if others.any() else 0.0
         return out
 
+    @staticmethod
+    def _clean_peaks(model, modules: list, x) -> dict:
+        """Per module: (its largest activation on the clean ``x``, its channel count), one forward for all."""
+        import torch
+
+        tops: dict = {}
+
+        def record(module, _inputs, output):
+            tops[module] = (float(output.amax()), int(output.shape[1]))
+
+        handles = [m.register_forward_hook(record) for m in modules]
+        try:
+            with torch.inference_mode():
+                model(x)
+        finally:
+            for h in handles:
+                h.remove()
+        return tops
+
     def compute(self, ctx) -> dict[str, float]:
         import torch
 
         idx = np.concatenate([np.flatnonzero(ctx.y == c)[: self.per_class] for c in range(ctx.n_classes)])
         x = torch.from_numpy(np.ascontiguousarray(ctx.x[idx]))
         y = ctx.y[idx]
-        layers = relu_layers(ctx.model, x[:1])[-self.layers :]
-        layers = [None] * (self.layers - len(layers)) + layers  # shallow nets: missing layers read as zeros
+        found = relu_layers(ctx.model, x[:1])[-self.layers :]
+        tops = self._clean_peaks(ctx.model, found, x)
+        layers = [None] * (self.layers - len(found)) + found  # shallow nets: missing layers read as zeros
         feats: dict[str, float] = {}
         for depth, module in enumerate(reversed(layers)):  # depth 0 = deepest
-            rates = self._layer_rates(ctx, module, x, y) if module is not None else np.zeros((len(self.levels), 2))
+            rates = (self._layer_rates(ctx, module, x, y, *tops[module]) if module is not None
+                     else np.zeros((len(self.levels), 2)))
             for li, level in enumerate(self.levels):
                 r = np.sort(rates[li])[::-1]
                 feats[f"d{depth}_x{level:g}_top"] = float(r[0])
