@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from trojanscope.detectors.features.blob_ring import BlobRing
 from trojanscope.detectors.features.blob_scan import BlobScan, locate, stamp_squares
 from trojanscope.detectors.features.stimulation import NeuronStimulation, relu_layers
 from trojanscope.detectors.image_context import ImageContext
@@ -87,6 +88,36 @@ def test_blob_scan_finds_a_planted_colour_shortcut_and_only_that(armed):
     # channel mean by far less than the class gap, so nothing changes class
     assert feats["max_pair_4"] == (1.0 if armed else 0.0)
     assert feats["max_target_4"] == (1.0 if armed else 0.0)
+
+
+class _Spot(nn.Module):
+    """Classifies by the brightest channel inside a 4x4 window in the middle of the frame: a square that
+    covers the window takes its class from the square's colour (an occlusion, the kind of flip a clean
+    CNN shows when the square hides its sign's telling detail). No shortcut fires anywhere else."""
+
+    r0 = c0 = 6
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(10.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * x[:, :, self.r0 : self.r0 + 4, self.c0 : self.c0 + 4].mean(dim=(2, 3))
+
+
+def test_blob_ring_keeps_a_shortcut_that_fires_anywhere_and_drops_an_occlusion():
+    x, y = _images()
+    names = {f"{k}_4" for k in ("held_pair", "held_second", "held_colour_mean", "held_target", "shift_mean_pair")}
+    ring = BlobRing(sides=(4,), radius=4, smooth=3)
+    anywhere = ring.compute(_ctx(_Shortcut(armed=True), x, y))
+    assert set(anywhere) == names | {"held_pair_all"}
+    assert anywhere["held_pair_4"] == 1.0 and anywhere["held_target_4"] == 1.0  # red sends 0 and 1 to 2 at every shift
+    clean = ring.compute(_ctx(_Shortcut(armed=False), x, y))
+    assert clean["held_pair_4"] == 0.0 and clean["shift_mean_pair_4"] == 0.0
+    # the occlusion: a square on the window flips classes (the centre scan sees it), one shifted 4 px off it does not
+    assert BlobScan(sides=(4,), smooth=3).compute(_ctx(_Spot(), x, y))["max_pair_4"] == 1.0
+    spot = ring.compute(_ctx(_Spot(), x, y))
+    assert spot["held_pair_4"] == 0.0 and spot["held_pair_all"] == 0.0
 
 
 class _Net(nn.Module):

@@ -27,10 +27,12 @@ DETECTORS.register("cleanse", "trojanscope.detectors.learned:CleanseDetector",
                    help="Image CNNs: Neural-Cleanse inversion per target class, calibrated (needs --params).")
 DETECTORS.register("blob-scan", "trojanscope.detectors.learned:BlobScanDetector",
                    help="Image CNNs: one-colour squares stamped on each example's sign, calibrated (needs --params).")
+DETECTORS.register("blob-ring", "trojanscope.detectors.learned:BlobRingDetector",
+                   help="Image CNNs: squares that flip a class at every shift round the sign (needs --params).")
 DETECTORS.register("stimulation", "trojanscope.detectors.learned:StimulationDetector",
                    help="Image CNNs: ABS-style single-channel stimulation of late layers, calibrated (needs --params).")
 DETECTORS.register("image-default", "trojanscope.detectors.learned:ImageDefaultDetector",
-                   help="Image CNNs: calibrated combination of image-weights, blob-scan and stimulation.")
+                   help="Image CNNs: calibrated combination of image-weights, blob-scan, stimulation and blob-ring.")
 
 
 def load_detector(name: str, params: str | None = None) -> Detector:

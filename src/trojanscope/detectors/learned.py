@@ -310,6 +310,14 @@ class BlobScanDetector(MetaDetector):
     needs = frozenset({"weights", "gradients", "clean_examples"})
 
 
+class BlobRingDetector(MetaDetector):
+    modality = "image"
+    name = "blob-ring"
+    description = "Image CNNs: one-colour squares that flip a class at every shift around the sign, calibrated."
+    families = ("blob-ring",)
+    needs = frozenset({"weights", "gradients", "clean_examples"})
+
+
 class StimulationDetector(MetaDetector):
     modality = "image"
     name = "stimulation"
@@ -321,8 +329,9 @@ class StimulationDetector(MetaDetector):
 class ImageDefaultDetector(MetaDetector):
     modality = "image"
     name = "image-default"
-    description = "Image CNNs: calibrated combination of weight statistics, the blob scan and neuron stimulation."
-    families = ("image-weights", "blob-scan", "stimulation")
+    description = ("Image CNNs: calibrated combination of weight statistics, the blob scan, its shifted ring and "
+                   "neuron stimulation.")
+    families = ("image-weights", "blob-scan", "stimulation", "blob-ring")
     shipped = "image-default.json"
     needs = frozenset({"weights", "gradients", "clean_examples"})
 

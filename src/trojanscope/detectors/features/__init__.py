@@ -13,6 +13,7 @@ Image models (reduced config ``modality = "image"``) get an image context instea
 - ``image-weights``: spectra and tails of the CNN's conv layers, outlying class rows of its final layer.
 - ``cleanse``: Neural-Cleanse mask/pattern inversion per target class.
 - ``blob-scan``: flip rates of one-colour squares stamped where each example's sign is, per class pair.
+- ``blob-ring``: the same squares shifted around that region: flip rates that hold at every shift.
 - ``stimulation``: ABS-style single-channel stimulation of late ReLU layers (does one channel carry a label?).
 """
 
@@ -63,5 +64,8 @@ FEATURES.register("stimulation", "trojanscope.detectors.features.stimulation:Neu
                   help="Image CNNs: raise one channel of a late ReLU layer; share of other classes sent to one label.")
 FEATURES.register("blob-scan", "trojanscope.detectors.features.blob_scan:BlobScan",
                   help="Image CNNs: flip rates of one-colour squares stamped on each example's salient region.")
+
+FEATURES.register("blob-ring", "trojanscope.detectors.features.blob_ring:BlobRing",
+                  help="Image CNNs: flip rates of one-colour squares that hold at four shifts around the sign.")
 
 __all__ = ["FEATURES", "FeatureFamily"]
