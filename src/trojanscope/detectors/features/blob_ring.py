@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from trojanscope.detectors.features import FeatureFamily
-from trojanscope.detectors.features.blob_scan import _COLOURS, locate, stamp_squares
+from trojanscope.detectors.features.blob_scan import flip_rates, locate
 
 _DIRECTIONS = ((-1, 0), (1, 0), (0, -1), (0, 1))  # (row, col) steps: up, down, left, right
 
@@ -41,21 +41,11 @@ class BlobRing(FeatureFamily):
 
     def rates(self, ctx) -> np.ndarray:
         """[len(sides), 4, C, C, colours]: share of class-s examples predicted t, square shifted per direction."""
-        size = ctx.x.shape[-1]
         centres = locate(ctx, self.smooth)
-        c = ctx.n_classes
-        out = np.zeros((len(self.sides), len(_DIRECTIONS), c, c, len(_COLOURS)))
-        for k, side in enumerate(self.sides):
-            side = min(side, size)
-            for d, (dy, dx) in enumerate(_DIRECTIONS):
-                moved = centres + np.array([dy * self.radius, dx * self.radius])
-                batch = np.concatenate([stamp_squares(ctx.x, moved, side, col) for col in _COLOURS])
-                pred = ctx.logits(batch, batch=512).argmax(1).reshape(len(_COLOURS), len(ctx.x))
-                for s in range(c):
-                    of_s = pred[:, ctx.y == s]
-                    if of_s.shape[1]:
-                        out[k, d, s] = (of_s[None, :, :] == np.arange(c)[:, None, None]).mean(2)
-        return out
+        return np.stack([
+            np.stack([flip_rates(ctx, centres + np.array([dy, dx]) * self.radius, side) for dy, dx in _DIRECTIONS])
+            for side in self.sides
+        ])
 
     def compute(self, ctx) -> dict[str, float]:
         r = self.rates(ctx)

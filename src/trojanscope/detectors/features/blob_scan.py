@@ -27,7 +27,16 @@ _COLOURS = np.array([(b, g, r) for b in _LEVELS for g in _LEVELS for r in _LEVEL
 
 
 def locate(ctx, smooth: int = 9) -> np.ndarray:
-    """Per example, (row, col) of the peak of its smoothed saliency |d logit_true / d x|: where its sign is."""
+    """Per example, (row, col) of the peak of its smoothed saliency |d logit_true / d x|: where its sign is.
+
+    Kept in ``ctx.scratch``, so the families that stamp around the same peaks share one gradient pass."""
+    key = ("locate", smooth)
+    if key not in ctx.scratch:
+        ctx.scratch[key] = _locate(ctx, smooth)
+    return ctx.scratch[key].copy()
+
+
+def _locate(ctx, smooth: int) -> np.ndarray:
     import torch
     from torch.nn import functional as F  # noqa: N812
 
@@ -57,6 +66,20 @@ def stamp_squares(x: np.ndarray, centres: np.ndarray, side: int, colour: np.ndar
     return out
 
 
+def flip_rates(ctx, centres: np.ndarray, side: int, colours: np.ndarray = _COLOURS) -> np.ndarray:
+    """[C, C, colours]: share of class-s examples predicted t with a ``side`` square of each colour on ``centres``."""
+    c = ctx.n_classes
+    side = min(side, ctx.x.shape[-1])
+    batch = np.concatenate([stamp_squares(ctx.x, centres, side, col) for col in colours])
+    pred = ctx.logits(batch, batch=512).argmax(1).reshape(len(colours), len(ctx.x))
+    out = np.zeros((c, c, len(colours)))
+    for s in range(c):
+        of_s = pred[:, ctx.y == s]
+        if of_s.shape[1]:
+            out[s] = (of_s[None, :, :] == np.arange(c)[:, None, None]).mean(2)
+    return out
+
+
 class BlobScan(FeatureFamily):
     name = "blob-scan"
     description = "Flip rates of one-colour squares stamped on each example's salient region, per class pair."
@@ -69,19 +92,8 @@ class BlobScan(FeatureFamily):
 
     def rates(self, ctx) -> np.ndarray:
         """[len(sides), C, C, colours]: share of class-s examples predicted t with that square stamped."""
-        colours = _COLOURS
         centres = locate(ctx, self.smooth)
-        c = ctx.n_classes
-        out = np.zeros((len(self.sides), c, c, len(colours)))
-        for k, side in enumerate(self.sides):
-            side = min(side, ctx.x.shape[-1])
-            batch = np.concatenate([stamp_squares(ctx.x, centres, side, col) for col in colours])
-            pred = ctx.logits(batch, batch=512).argmax(1).reshape(len(colours), len(ctx.x))
-            for s in range(c):
-                of_s = pred[:, ctx.y == s]
-                if of_s.shape[1]:
-                    out[k, s] = (of_s[None, :, :] == np.arange(c)[:, None, None]).mean(2)
-        return out
+        return np.stack([flip_rates(ctx, centres, side) for side in self.sides])
 
     def compute(self, ctx) -> dict[str, float]:
         r = self.rates(ctx)

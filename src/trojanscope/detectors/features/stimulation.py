@@ -20,9 +20,21 @@ import numpy as np
 from trojanscope.detectors.features import FeatureFamily
 
 
+def _forward_hooked(model, x, modules, hook) -> None:
+    """One inference forward of ``model`` on ``x`` with ``hook`` on each of ``modules``, removed afterwards."""
+    import torch
+
+    handles = [m.register_forward_hook(hook) for m in modules]
+    try:
+        with torch.inference_mode():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def relu_layers(model, x) -> list:
     """The model's ReLU modules that run exactly once per forward pass on a 4-D map, in call order."""
-    import torch
     from torch import nn
 
     calls: dict[int, int] = {}
@@ -34,13 +46,7 @@ def relu_layers(model, x) -> list:
             if module not in order:
                 order.append(module)
 
-    handles = [m.register_forward_hook(count) for m in model.modules() if isinstance(m, nn.ReLU)]
-    try:
-        with torch.inference_mode():
-            model(x)
-    finally:
-        for h in handles:
-            h.remove()
+    _forward_hooked(model, x, [m for m in model.modules() if isinstance(m, nn.ReLU)], count)
     return [m for m in order if calls[id(m)] == 1]
 
 
@@ -91,20 +97,12 @@ class NeuronStimulation(FeatureFamily):
     @staticmethod
     def _clean_peaks(model, modules: list, x) -> dict:
         """Per module: (its largest activation on the clean ``x``, its channel count), one forward for all."""
-        import torch
-
         tops: dict = {}
 
         def record(module, _inputs, output):
             tops[module] = (float(output.amax()), int(output.shape[1]))
 
-        handles = [m.register_forward_hook(record) for m in modules]
-        try:
-            with torch.inference_mode():
-                model(x)
-        finally:
-            for h in handles:
-                h.remove()
+        _forward_hooked(model, x, modules, record)
         return tops
 
     def compute(self, ctx) -> dict[str, float]:
