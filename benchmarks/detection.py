@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None, *, families: tuple[str, ...] = FAMILIES,
                         "--model_filepath", str(first / "model.pt"), "--examples_dirpath",
                         str(first / "clean_example_data"), "--result_filepath", f"{tmp}/p.txt",
                         "--scratch_dirpath", tmp, "--detector", default, "--params", str(args.out / f"{default}.json")],
-                       check=True)
+                       check=True, stdout=subprocess.DEVNULL)  # its answer is in p.txt; only its memory counts
     peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     print(f"\npeak memory (max RSS of one process, one `trojanscope detect` run included): {peak / 2**20:.2f} GiB")
     return args
