@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from trojanscope.detectors.features import FeatureFamily
-from trojanscope.detectors.features.blob_scan import flip_rates, locate
+from trojanscope.detectors.features.blob_scan import flip_rates, locate, pair_summary
 
 _DIRECTIONS = ((-1, 0), (1, 0), (0, -1), (0, 1))  # (row, col) steps: up, down, left, right
 
@@ -56,13 +56,12 @@ class BlobRing(FeatureFamily):
             held = r[k].min(0)  # [s, t, colour]: the rate every shift keeps
             mean = r[k].mean(0)  # [s, t, colour]: averaged over shifts
             best = held.max(-1)  # [s, t]: at the best colour
-            pairs = np.sort(best[off])[::-1]
-            to_target = [best[np.arange(c) != j, j].mean() for j in range(c)]
+            pairs, to_target = pair_summary(best)
             feats.update({
                 f"held_pair_{side}": float(pairs[0]),
                 f"held_second_{side}": float(pairs[1]) if len(pairs) > 1 else 0.0,
                 f"held_colour_mean_{side}": float(held[off].mean(-1).max()),
-                f"held_target_{side}": float(max(to_target)),
+                f"held_target_{side}": to_target,
                 f"shift_mean_pair_{side}": float(mean[off].max()),
             })  # fmt: skip
         both = r.min(axis=(0, 1))  # held at every shift and every size

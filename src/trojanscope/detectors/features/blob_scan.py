@@ -66,6 +66,14 @@ def stamp_squares(x: np.ndarray, centres: np.ndarray, side: int, colour: np.ndar
     return out
 
 
+def pair_summary(best: np.ndarray) -> tuple[np.ndarray, float]:
+    """From per source → target rates ``best`` [C, C]: the off-diagonal rates sorted high to low, and the largest
+    mean over sources of the rate into one target (the target most sources reach)."""
+    c = len(best)
+    pairs = np.sort(best[~np.eye(c, dtype=bool)])[::-1]
+    return pairs, float(max(best[np.arange(c) != j, j].mean() for j in range(c)))
+
+
 def flip_rates(ctx, centres: np.ndarray, side: int, colours: np.ndarray = _COLOURS) -> np.ndarray:
     """[C, C, colours]: share of class-s examples predicted t with a ``side`` square of each colour on ``centres``."""
     c = ctx.n_classes
@@ -103,16 +111,15 @@ class BlobScan(FeatureFamily):
         for k, side in enumerate(self.sides):
             best = r[k].max(-1)  # [s, t]: at the best colour
             mean = r[k].mean(-1)  # [s, t]: averaged over colours
-            pairs = np.sort(best[off])[::-1]
+            pairs, to_target = pair_summary(best)
             wrong = best.sum(1) - np.diag(best)  # per source: best-colour rates summed over wrong targets
             s, t = np.unravel_index(np.where(off, best, -1.0).argmax(), best.shape)
-            to_target = [best[np.arange(c) != j, j].mean() for j in range(c)]
             feats.update({
                 f"max_pair_{side}": float(pairs[0]),
                 f"second_pair_{side}": float(pairs[1]) if len(pairs) > 1 else 0.0,
                 f"median_pair_{side}": float(np.median(pairs)),
                 f"max_colour_mean_{side}": float(mean[off].max()),
-                f"max_target_{side}": float(max(to_target)),
+                f"max_target_{side}": to_target,
                 f"focus_{side}": float(best[s, t] / max(wrong[s], 1e-6)),
             })  # fmt: skip
         return feats
