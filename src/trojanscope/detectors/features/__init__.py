@@ -15,6 +15,7 @@ Image models (reduced config ``modality = "image"``) get an image context instea
 - ``blob-scan``: flip rates of one-colour squares stamped where each example's sign is, per class pair.
 - ``blob-ring``: the same squares shifted around that region: flip rates that hold at every shift.
 - ``stimulation``: ABS-style single-channel stimulation of late ReLU layers (does one channel carry a label?).
+- ``norm-stats``: BatchNorm running statistics of the deepest layers against the clean examples' own moments.
 """
 
 from __future__ import annotations
@@ -67,5 +68,7 @@ FEATURES.register("blob-scan", "trojanscope.detectors.features.blob_scan:BlobSca
 
 FEATURES.register("blob-ring", "trojanscope.detectors.features.blob_ring:BlobRing",
                   help="Image CNNs: flip rates of one-colour squares that hold at four shifts around the sign.")
+FEATURES.register("norm-stats", "trojanscope.detectors.features.norm_stats:NormStats",
+                  help="Image CNNs: BatchNorm running statistics against the clean examples' own moments.")
 
 __all__ = ["FEATURES", "FeatureFamily"]
