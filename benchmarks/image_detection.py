@@ -7,7 +7,7 @@
 1. Generation, read from each zoo's own files (model_stats.json timing, METADATA.csv): seconds per model
    (rendering vs training), epochs, clean/triggered/spurious test accuracy, converged rate.
 2. Detection: the same procedure as ``benchmarks/detection.py`` with the image families — ``image-weights``,
-   ``blob-scan``, ``stimulation`` and ``blob-ring`` alone and ``image-default`` (their calibrated
+   ``blob-scan``, ``stimulation``, ``blob-ring`` and ``norm-stats`` alone and ``image-default`` (their calibrated
    combination) fitted on the train zoo, CE, its 95% CI, ROC-AUC and Brier on the test zoo; then
    ``image-default`` through the scoring harness on the test zoo (per-factor breakdown, detection time per
    model, peak memory). Nothing is fitted on test, but ``blob-ring``'s geometry was chosen after looking at
@@ -68,8 +68,8 @@ def main() -> None:
                 argv += [flag, value]
     args = detection.main(
         argv,
-        families=("image-weights", "blob-scan", "stimulation", "blob-ring"),
-        detectors=("image-weights", "blob-scan", "stimulation", "blob-ring", "image-default"),
+        families=("image-weights", "blob-scan", "stimulation", "blob-ring", "norm-stats"),
+        detectors=("image-weights", "blob-scan", "stimulation", "blob-ring", "norm-stats", "image-default"),
         default="image-default",
         doc=__doc__,
         zoos=("/tmp/zoos/r1-train", "/tmp/zoos/r1-test"),

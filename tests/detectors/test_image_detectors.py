@@ -37,7 +37,7 @@ def test_image_features_are_finite_and_deterministic(tiny_image_zoo):
     from trojanscope.models.layout import list_model_dirs
 
     inputs = inputs_for_model_dir(list_model_dirs(tiny_image_zoo)[0])
-    names = ("image-weights", "cleanse", "blob-scan", "blob-ring", "stimulation")
+    names = ("image-weights", "cleanse", "blob-scan", "blob-ring", "stimulation", "norm-stats")
     fams = [FEATURES.get(n)(**LIGHT.get(n, {})) for n in names]
     a = compute_features(inputs, fams)
     b = compute_features(inputs, fams)
@@ -114,6 +114,7 @@ def test_default_detector_routes_image_models_and_text_detectors_refuse_them(tin
     inputs = inputs_for_model_dir(list_model_dirs(tiny_image_zoo)[0])
     d = load_detector("default").score(inputs)  # routed to image-default by the reduced config
     assert 0 < d.probability < 1
-    assert {k.split(".")[0] for k in d.features} == {"image-weights", "blob-scan", "stimulation", "blob-ring"}
+    assert {k.split(".")[0] for k in d.features} == {"image-weights", "blob-scan", "stimulation", "blob-ring",
+                                                      "norm-stats"}
     with pytest.raises(ConfigError, match="use --detector image-default"):
         WeightsDetector().fit([inputs, inputs], [0, 1])

@@ -31,8 +31,10 @@ DETECTORS.register("blob-ring", "trojanscope.detectors.learned:BlobRingDetector"
                    help="Image CNNs: squares that flip a class at every shift round the sign (needs --params).")
 DETECTORS.register("stimulation", "trojanscope.detectors.learned:StimulationDetector",
                    help="Image CNNs: ABS-style single-channel stimulation of late layers, calibrated (needs --params).")
+DETECTORS.register("norm-stats", "trojanscope.detectors.learned:NormStatsDetector",
+                   help="Image CNNs: BatchNorm running statistics against the clean examples' own (needs --params).")
 DETECTORS.register("image-default", "trojanscope.detectors.learned:ImageDefaultDetector",
-                   help="Image CNNs: calibrated combination of image-weights, blob-scan, stimulation and blob-ring.")
+                   help="Image CNNs: calibrated image-weights, blob-scan, stimulation, blob-ring and norm-stats.")
 
 
 def load_detector(name: str, params: str | None = None) -> Detector:

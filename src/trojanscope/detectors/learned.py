@@ -326,12 +326,20 @@ class StimulationDetector(MetaDetector):
     needs = frozenset({"weights", "clean_examples"})
 
 
+class NormStatsDetector(MetaDetector):
+    modality = "image"
+    name = "norm-stats"
+    description = "Image CNNs: BatchNorm running statistics against the clean examples' own, calibrated."
+    families = ("norm-stats",)
+    needs = frozenset({"weights", "clean_examples"})
+
+
 class ImageDefaultDetector(MetaDetector):
     modality = "image"
     name = "image-default"
-    description = ("Image CNNs: calibrated combination of weight statistics, the blob scan, its shifted ring and "
-                   "neuron stimulation.")
-    families = ("image-weights", "blob-scan", "stimulation", "blob-ring")
+    description = ("Image CNNs: calibrated combination of weight statistics, the blob scan, its shifted ring, "
+                   "neuron stimulation and BatchNorm statistics.")
+    families = ("image-weights", "blob-scan", "stimulation", "blob-ring", "norm-stats")
     shipped = "image-default.json"
     needs = frozenset({"weights", "gradients", "clean_examples"})
 
