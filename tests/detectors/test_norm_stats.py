@@ -11,6 +11,7 @@ from torch import nn
 
 from trojanscope.detectors.features.norm_stats import NormStats, clean_moments, layer_features, norm_layers
 from trojanscope.detectors.image_context import ImageContext
+from trojanscope.errors import ConfigError
 
 S, C = 8, 3
 
@@ -97,5 +98,5 @@ def test_a_net_without_batchnorm_gets_zeros():
 
 
 def test_layers_must_be_positive():
-    with pytest.raises(ValueError, match="layers=0"):
+    with pytest.raises(ConfigError, match="layers=0"):
         NormStats(layers=0)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from trojanscope.detectors.features import FeatureFamily
+from trojanscope.errors import ConfigError
 
 _NAMES = ("lr_max", "lr_max_over_median", "lr_min", "z_max", "log_kl_max", "log_kl_mean")
 
@@ -109,7 +110,7 @@ class NormStats(FeatureFamily):
 
     def __init__(self, layers: int = 2) -> None:
         if int(layers) < 1:
-            raise ValueError(f"layers={layers!r}: need at least 1")
+            raise ConfigError(f"norm-stats layers={layers!r}: need at least 1 (the deepest BatchNorm layers to read)")
         self.layers = int(layers)
 
     def compute(self, ctx) -> dict[str, float]:
