@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from trojanscope.detectors.features import FeatureFamily
+from trojanscope.detectors.features.stimulation import called_once, forward_hooked
 from trojanscope.errors import ConfigError
 
 _NAMES = ("lr_max", "lr_max_over_median", "lr_min", "z_max", "log_kl_max", "log_kl_mean")
@@ -36,24 +37,9 @@ def norm_layers(model, x) -> list:
     import torch
     from torch import nn
 
-    calls: dict[int, int] = {}
-    order: list = []
-
-    def count(module, _inputs, _output):
-        calls[id(module)] = calls.get(id(module), 0) + 1
-        if module not in order:
-            order.append(module)
-
     mods = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
             and m.running_mean is not None]
-    handles = [m.register_forward_hook(count) for m in mods]
-    try:
-        with torch.inference_mode():
-            model(torch.from_numpy(np.ascontiguousarray(x[:2])))
-    finally:
-        for h in handles:
-            h.remove()
-    return [m for m in order if calls[id(m)] == 1]
+    return called_once(model, torch.from_numpy(np.ascontiguousarray(x[:2])), mods)
 
 
 def clean_moments(model, x: np.ndarray, modules: list, batch: int = 128) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -69,14 +55,8 @@ def clean_moments(model, x: np.ndarray, modules: list, batch: int = 128) -> list
         s[1] = s[1] + (a * a).sum(1)
         s[2] += a.shape[1]
 
-    handles = [m.register_forward_hook(hook) for m in modules]
-    try:
-        with torch.inference_mode():
-            for i in range(0, len(x), batch):
-                model(torch.from_numpy(np.ascontiguousarray(x[i : i + batch])))
-    finally:
-        for h in handles:
-            h.remove()
+    for i in range(0, len(x), batch):
+        forward_hooked(model, torch.from_numpy(np.ascontiguousarray(x[i : i + batch])), modules, hook)
     out = []
     for m in modules:
         s1, s2, n = sums[id(m)]

@@ -20,7 +20,7 @@ import numpy as np
 from trojanscope.detectors.features import FeatureFamily
 
 
-def _forward_hooked(model, x, modules, hook) -> None:
+def forward_hooked(model, x, modules, hook) -> None:
     """One inference forward of ``model`` on ``x`` with ``hook`` on each of ``modules``, removed afterwards."""
     import torch
 
@@ -33,21 +33,28 @@ def _forward_hooked(model, x, modules, hook) -> None:
             h.remove()
 
 
-def relu_layers(model, x) -> list:
-    """The model's ReLU modules that run exactly once per forward pass on a 4-D map, in call order."""
-    from torch import nn
-
+def called_once(model, x, modules, accept=lambda output: True) -> list:
+    """Those of ``modules`` that run exactly once in a forward pass of ``model`` on ``x``, in call order
+    (a module called twice has no single input or output to read); calls whose output ``accept`` rejects
+    are not counted."""
     calls: dict[int, int] = {}
     order: list = []
 
     def count(module, _inputs, output):
-        if output.dim() == 4:
+        if accept(output):
             calls[id(module)] = calls.get(id(module), 0) + 1
             if module not in order:
                 order.append(module)
 
-    _forward_hooked(model, x, [m for m in model.modules() if isinstance(m, nn.ReLU)], count)
+    forward_hooked(model, x, modules, count)
     return [m for m in order if calls[id(m)] == 1]
+
+
+def relu_layers(model, x) -> list:
+    """The model's ReLU modules that run exactly once per forward pass on a 4-D map, in call order."""
+    from torch import nn
+
+    return called_once(model, x, [m for m in model.modules() if isinstance(m, nn.ReLU)], lambda out: out.dim() == 4)
 
 
 class NeuronStimulation(FeatureFamily):
@@ -102,7 +109,7 @@ class NeuronStimulation(FeatureFamily):
         def record(module, _inputs, output):
             tops[module] = (float(output.amax()), int(output.shape[1]))
 
-        _forward_hooked(model, x, modules, record)
+        forward_hooked(model, x, modules, record)
         return tops
 
     def compute(self, ctx) -> dict[str, float]:
