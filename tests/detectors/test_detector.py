@@ -26,6 +26,17 @@ def test_registry_lists_learned_detectors():
         assert name in out.output
 
 
+def test_meta_detector_needs_what_its_families_read():
+    from trojanscope.detectors.learned import MetaDetector
+
+    class Both(MetaDetector):
+        families = ("image-weights", "norm-stats")
+
+    assert Both.needs == {"weights", "clean_examples"}
+    assert DETECTORS.get("image-default").needs == {"weights", "gradients", "clean_examples"}
+    assert DETECTORS.get("scan").needs == {"queries", "clean_examples", "encoder"}
+
+
 def test_unfitted_detector_says_how_to_fit(tmp_path):
     from trojanscope.detectors.base import ModelInputs
 

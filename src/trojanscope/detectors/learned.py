@@ -124,14 +124,20 @@ def matrix(rows: Sequence[dict[str, float]], names: Sequence[str] | None = None)
 
 
 class MetaDetector(Detector):
-    """A calibrated logistic regression over the features of ``families``."""
+    """A calibrated logistic regression over the features of ``families``; ``needs`` is what they read."""
 
     families: ClassVar[tuple[str, ...]] = ("weights", "inversion", "probes", "scan")
     name = "meta"
     description = "Calibrated logistic regression over feature families."
     shipped: ClassVar[str | None] = None  # file name under detectors/params/
     modality: ClassVar[str] = "text"  # the models its families read: "text" or "image"
-    needs = frozenset({"weights", "queries", "gradients", "clean_examples", "encoder"})
+    needs = frozenset({"weights", "queries", "gradients", "clean_examples", "encoder"})  # = family_needs(families)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        from trojanscope.detectors.features import family_needs
+
+        cls.needs = family_needs(cls.families)
 
     def __init__(self, family_params: dict[str, dict] | None = None, workers: int = 1, seed: int = 0) -> None:
         self.family_params = family_params
@@ -248,42 +254,36 @@ class WeightsDetector(MetaDetector):
     name = "weights"
     description = "Weight statistics of the head alone (no queries, no encoder)."
     families = ("weights",)
-    needs = frozenset({"weights"})
 
 
 class InversionDetector(MetaDetector):
     name = "inversion"
     description = "Universal summary-space trigger inversion per class direction."
     families = ("inversion",)
-    needs = frozenset({"weights", "gradients", "clean_examples", "encoder"})
 
 
 class SubspaceDetector(MetaDetector):
     name = "subspace"
     description = "Deflated inversion: budgets of successive mutually orthogonal universal flips per direction."
     families = ("subspace",)
-    needs = frozenset({"weights", "gradients", "clean_examples", "encoder"})
 
 
 class SpectrumDetector(MetaDetector):
     name = "spectrum"
     description = "SVD of the head's input matrix against the clean data: gap alignment, off-data energy."
     families = ("spectrum",)
-    needs = frozenset({"weights", "clean_examples", "encoder"})
 
 
 class ProbesDetector(MetaDetector):
     name = "probes"
     description = "Query probes: dimension sweeps, principal/random directions, Jacobian norms."
     families = ("probes",)
-    needs = frozenset({"weights", "queries", "gradients", "clean_examples", "encoder"})
 
 
 class ScanDetector(MetaDetector):
     name = "scan"
     description = "Generic word/phrase/punctuation scan over a precomputed encoder shift table."
     families = ("scan",)
-    needs = frozenset({"queries", "clean_examples", "encoder"})
 
 
 class ImageWeightsDetector(MetaDetector):
@@ -291,7 +291,6 @@ class ImageWeightsDetector(MetaDetector):
     name = "image-weights"
     description = "Image CNNs: weight statistics alone (no queries)."
     families = ("image-weights",)
-    needs = frozenset({"weights"})
 
 
 class CleanseDetector(MetaDetector):
@@ -299,7 +298,6 @@ class CleanseDetector(MetaDetector):
     name = "cleanse"
     description = "Image CNNs: Neural-Cleanse mask/pattern inversion per target class, calibrated on clean models."
     families = ("cleanse",)
-    needs = frozenset({"weights", "gradients", "clean_examples"})
 
 
 class BlobScanDetector(MetaDetector):
@@ -307,7 +305,6 @@ class BlobScanDetector(MetaDetector):
     name = "blob-scan"
     description = "Image CNNs: flip rates of one-colour squares stamped on each example's sign, calibrated."
     families = ("blob-scan",)
-    needs = frozenset({"weights", "gradients", "clean_examples"})
 
 
 class BlobRingDetector(MetaDetector):
@@ -315,7 +312,6 @@ class BlobRingDetector(MetaDetector):
     name = "blob-ring"
     description = "Image CNNs: one-colour squares that flip a class at every shift around the sign, calibrated."
     families = ("blob-ring",)
-    needs = frozenset({"weights", "gradients", "clean_examples"})
 
 
 class StimulationDetector(MetaDetector):
@@ -323,7 +319,6 @@ class StimulationDetector(MetaDetector):
     name = "stimulation"
     description = "Image CNNs: ABS-style single-channel stimulation of late ReLU layers, calibrated."
     families = ("stimulation",)
-    needs = frozenset({"weights", "clean_examples"})
 
 
 class NormStatsDetector(MetaDetector):
@@ -331,7 +326,6 @@ class NormStatsDetector(MetaDetector):
     name = "norm-stats"
     description = "Image CNNs: BatchNorm running statistics against the clean examples' own, calibrated."
     families = ("norm-stats",)
-    needs = frozenset({"weights", "clean_examples"})
 
 
 class ImageDefaultDetector(MetaDetector):
@@ -341,7 +335,6 @@ class ImageDefaultDetector(MetaDetector):
                    "neuron stimulation and BatchNorm statistics.")
     families = ("image-weights", "blob-scan", "stimulation", "blob-ring", "norm-stats")
     shipped = "image-default.json"
-    needs = frozenset({"weights", "gradients", "clean_examples"})
 
 
 class DefaultDetector(MetaDetector):
@@ -350,7 +343,6 @@ class DefaultDetector(MetaDetector):
                    "features; image models go to image-default.")
     families = ("weights", "spectrum", "inversion", "probes", "scan")
     shipped = "default.json"
-    needs = frozenset({"weights", "queries", "gradients", "clean_examples", "encoder"})
 
     def score(self, inputs: ModelInputs) -> Detection:
         """Text models with this detector's parameters; an image model (reduced config ``modality = "image"``)

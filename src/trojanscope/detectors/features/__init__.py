@@ -71,4 +71,11 @@ FEATURES.register("blob-ring", "trojanscope.detectors.features.blob_ring:BlobRin
 FEATURES.register("norm-stats", "trojanscope.detectors.features.norm_stats:NormStats",
                   help="Image CNNs: BatchNorm running statistics against the clean examples' own moments.")
 
-__all__ = ["FEATURES", "FeatureFamily"]
+
+
+def family_needs(names) -> frozenset[str]:
+    """What the named families read, together (imports their modules)."""
+    return frozenset().union(*(FEATURES.get(n).needs for n in names))
+
+
+__all__ = ["FEATURES", "FeatureFamily", "family_needs"]
