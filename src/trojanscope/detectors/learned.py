@@ -123,6 +123,16 @@ def matrix(rows: Sequence[dict[str, float]], names: Sequence[str] | None = None)
     return np.asarray([[r.get(n, np.nan) for n in names] for r in rows], dtype=np.float64), names
 
 
+class _FamiliesNeeds:
+    """A meta-detector's ``needs``: what its ``families`` read, derived when asked (so importing this module
+    does not import every feature family's module)."""
+
+    def __get__(self, _obj: Any, cls: type) -> frozenset[str]:
+        from trojanscope.detectors.features import family_needs
+
+        return family_needs(cls.families)
+
+
 class MetaDetector(Detector):
     """A calibrated logistic regression over the features of ``families``; ``needs`` is what they read."""
 
@@ -131,13 +141,7 @@ class MetaDetector(Detector):
     description = "Calibrated logistic regression over feature families."
     shipped: ClassVar[str | None] = None  # file name under detectors/params/
     modality: ClassVar[str] = "text"  # the models its families read: "text" or "image"
-    needs = frozenset({"weights", "queries", "gradients", "clean_examples", "encoder"})  # = family_needs(families)
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        from trojanscope.detectors.features import family_needs
-
-        cls.needs = family_needs(cls.families)
+    needs = _FamiliesNeeds()  # type: ignore[assignment]
 
     def __init__(self, family_params: dict[str, dict] | None = None, workers: int = 1, seed: int = 0) -> None:
         self.family_params = family_params
