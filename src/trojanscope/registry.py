@@ -57,6 +57,15 @@ class Registry(Generic[T]):
             self._entries[name] = obj
         return obj  # type: ignore[return-value]
 
+    def module_of(self, name: str) -> str | None:
+        """The module that defines entry ``name``, without importing it (None for an unknown name)."""
+        if name not in self._entries:
+            return None
+        obj = self._entries[name]
+        if isinstance(obj, str):
+            return obj.split(":", 1)[0]
+        return getattr(obj, "__module__", None)
+
     def help(self, name: str) -> str:
         return self._help.get(name, "")
 

@@ -26,8 +26,8 @@ from trojanscope.errors import ConfigError
 from trojanscope.fsutil import atomic_dir
 from trojanscope.models.architectures import HeadSpec
 from trojanscope.models.store import save_head
-from trojanscope.rounds.build import BuildOutcome, Timing, _accepted, machine_info
-from trojanscope.rounds.factors import ModelPlan, _is_poisoned, _pick, _source_target_pairs, model_rng
+from trojanscope.rounds.build import BuildOutcome, Timing, is_accepted, machine_info
+from trojanscope.rounds.factors import ModelPlan, is_poisoned, model_rng, pick_level, source_target_pairs
 from trojanscope.rounds.preset import ImagePreset
 from trojanscope.rounds.training import Adversarial, predict_logits, train_head
 from trojanscope.rounds.writer import pick_examples, write_prediction_csvs, write_records
@@ -104,18 +104,18 @@ def draw_image_plan(preset: ImagePreset, split: str, index: int) -> ModelPlan:
         ("stages", m.stages),
         ("dropout", m.dropout),
     ):
-        factors[name], levels[name] = _pick(rng, list(choices))
-    poisoned = _is_poisoned(preset, split, index)
-    organization, org_level = _pick(rng, preset.triggers.organization)
+        factors[name], levels[name] = pick_level(rng, list(choices))
+    poisoned = is_poisoned(preset, split, index)
+    organization, org_level = pick_level(rng, preset.triggers.organization)
     factors["trigger_organization"], levels["trigger_organization"] = (
         (organization, org_level) if poisoned else (None, -1)
     )
     triggers: list[ImageTrigger] = []
     trigger_levels: list[dict[str, int]] = []
     if poisoned:
-        for source, target in _source_target_pairs(preset.n_classes, organization, rng):
-            frac, f_level = _pick(rng, preset.triggers.fraction)
-            cond, c_level = _pick(rng, preset.triggers.condition)
+        for source, target in source_target_pairs(preset.n_classes, organization, rng):
+            frac, f_level = pick_level(rng, preset.triggers.fraction)
+            cond, c_level = pick_level(rng, preset.triggers.condition)
             polygon = make_polygon(
                 rng, sides_range=tuple(preset.triggers.sides), area_range=tuple(preset.triggers.area)
             )
@@ -303,7 +303,7 @@ def build_image_model(preset: ImagePreset, plan: ModelPlan, assets: SceneAssets,
             "best_epoch": result.best_epoch,
             "attempts": attempt + 1,
         }
-        converged = _accepted(preset, outcome)
+        converged = is_accepted(preset, outcome)
         log(f"attempt {attempt + 1}: clean {outcome['final_clean_data_test_acc']:.4f} triggered {trig} "
             f"converged {converged}")
         if converged:

@@ -37,13 +37,13 @@ def print_scores(scores: dict[str, Any], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from trojanscope.scoring.report import _headline
+    from trojanscope.scoring.report import headline
 
     table = Table(title=title, title_justify="left", show_lines=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("meaning", style="dim")
-    for name, value, _ in _headline(scores):
+    for name, value, _ in headline(scores):
         table.add_row(name, value, _HINTS.get(name, ""))
     console = Console()
     console.print(table)
