@@ -43,6 +43,11 @@ class Registry(Generic[T]):
         if help or name not in self._help:
             self._help[name] = help
 
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (a plug-in registered for a test or a session only); unknown names are ignored."""
+        self._entries.pop(name, None)
+        self._help.pop(name, None)
+
     def get(self, name: str) -> T:
         if name not in self._entries:
             close = difflib.get_close_matches(name, self._entries, n=3)
