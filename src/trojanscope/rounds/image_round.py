@@ -30,7 +30,7 @@ from trojanscope.rounds.build import BuildOutcome, Timing, is_accepted, machine_
 from trojanscope.rounds.factors import ModelPlan, is_poisoned, model_rng, pick_level, source_target_pairs
 from trojanscope.rounds.preset import ImagePreset
 from trojanscope.rounds.training import Adversarial, predict_logits, train_head
-from trojanscope.rounds.writer import pick_examples, write_prediction_csvs, write_records
+from trojanscope.rounds.writer import outcome_columns, pick_examples, write_prediction_csvs, write_records
 from trojanscope.triggers.polygon import PolygonTrigger, make_polygon, stamp
 
 
@@ -412,12 +412,7 @@ def image_metadata_row(plan: ModelPlan, outcome: dict[str, Any], preset: ImagePr
         "triggers_0_polygon_area_fraction": poly.area_fraction if poly else None,
         "triggers_0_polygon_color": "#{:02x}{:02x}{:02x}".format(*poly.color) if poly else None,
     })  # fmt: skip
-    for key in (
-        "final_train_loss", "final_clean_val_acc", "final_triggered_val_acc", "final_clean_data_test_acc",
-        "final_triggered_data_test_acc", "final_spurious_data_test_acc", "clean_example_acc", "poisoned_example_acc",
-        "training_wall_time_sec", "epochs_trained", "best_epoch", "attempts", "converged",
-    ):  # fmt: skip
-        row[key] = outcome.get(key)
+    row.update(outcome_columns(outcome))
     return row
 
 
