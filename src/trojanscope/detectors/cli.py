@@ -20,6 +20,7 @@ _CONTRACT_HELP = (
 
 
 def register(app: typer.Typer, zoo: typer.Typer) -> None:
+    # Long because each nested function is one CLI command (typer needs them registered here); each is short.
     detect = typer.Typer(invoke_without_command=True, help=_CONTRACT_HELP, add_completion=False)
     app.add_typer(detect, name="detect")
 

@@ -72,6 +72,8 @@ def _trigger_pools(preset: Preset, split: str) -> dict[str, list[str]]:
 
 def draw_plan(preset: Preset, split: str, index: int) -> ModelPlan:
     """The factors of model ``index`` of ``split``; deterministic in (preset, split, index)."""
+    # Kept whole: the order of the draws from `rng` below defines every zoo's factors, and one function
+    # makes that order visible (reordering them would silently change existing zoos).
     rng, seed = model_rng(preset, split, index)
     factors: dict[str, Any] = {}
     levels: dict[str, int] = {}

@@ -66,6 +66,7 @@ def _require_scored(scores: dict[str, Any], where: str) -> None:
 
 
 def register(app: typer.Typer, zoo: typer.Typer) -> None:
+    # Long because each nested function is one CLI command (typer needs them registered here); each is short.
     @app.command(help="Run a detector over every model of a zoo and score it the TrojAI way.\n\n"
                  "Each model is copied to a neutral scratch folder (random name, reduced config, no ground truth "
                  "or METADATA) and run in a shuffled order with a per-model time limit: a registered detector "
