@@ -66,3 +66,11 @@ def test_bad_detector_declarations_fail_with_one_line(toml, match):
     with pytest.raises(ConfigError, match=match) as err:
         parse_specs(toml, "my.toml", FAMILY_MODALITY)
     assert "\n" not in str(err.value) and str(err.value).startswith("my.toml")
+
+
+@pytest.mark.slow
+def test_the_toy_detector_fits_and_scores_real_models(toy_family, zoo_models):
+    models, labels = zoo_models("text")
+    det = DETECTORS.get(toy_family)().fit(models, labels)
+    d = det.score(models[0])
+    assert 0 <= d.probability <= 1 and set(d.features) == {"toy-norm.norm"}
