@@ -43,6 +43,11 @@ class Registry(Generic[T]):
         if help or name not in self._help:
             self._help[name] = help
 
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (a plug-in registered for a test or a session only); unknown names are ignored."""
+        self._entries.pop(name, None)
+        self._help.pop(name, None)
+
     def get(self, name: str) -> T:
         if name not in self._entries:
             close = difflib.get_close_matches(name, self._entries, n=3)
@@ -56,6 +61,15 @@ class Registry(Generic[T]):
             obj = getattr(importlib.import_module(module), attr)
             self._entries[name] = obj
         return obj  # type: ignore[return-value]
+
+    def module_of(self, name: str) -> str | None:
+        """The module that defines entry ``name``, without importing it (None for an unknown name)."""
+        if name not in self._entries:
+            return None
+        obj = self._entries[name]
+        if isinstance(obj, str):
+            return obj.split(":", 1)[0]
+        return getattr(obj, "__module__", None)
 
     def help(self, name: str) -> str:
         return self._help.get(name, "")

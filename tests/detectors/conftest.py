@@ -78,3 +78,34 @@ def _private_cache(tmp_path_factory):
         os.environ.pop("TROJANSCOPE_CACHE", None)
     else:
         os.environ["TROJANSCOPE_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def zoo_models(request):
+    """``zoo_models(modality)``: (model inputs, labels) of the tiny text (strong) or image zoo."""
+    from trojanscope.detectors.runner import zoo_inputs
+
+    def get(modality: str):
+        return zoo_inputs(request.getfixturevalue("strong_zoo" if modality == "text" else "tiny_image_zoo"))
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def zoo_features(zoo_models, light_params):
+    """``zoo_features(modality)``: (models, labels, feature rows of every family of that modality), computed
+    once per session with the light family settings."""
+    from trojanscope.detectors.features import FAMILY_MODALITY
+    from trojanscope.detectors.learned import feature_table
+
+    cache: dict[str, tuple] = {}
+
+    def get(modality: str):
+        if modality not in cache:
+            models, labels = zoo_models(modality)
+            families = sorted(f for f, m in FAMILY_MODALITY.items() if m == modality)
+            rows, _ = feature_table(models, families, light_params, progress=False)
+            cache[modality] = (models, labels, rows)
+        return cache[modality]
+
+    return get

@@ -1,40 +1,18 @@
 """Trojan detectors: the interface, the registry, and the registered detectors."""
 
 from trojanscope.detectors.base import DETECTORS, Detection, Detector, ModelInputs
+from trojanscope.detectors.declared import declare_shipped
+from trojanscope.detectors.features import FAMILY_MODALITY
 
 # Built-in detectors register lazily ("module:attr") so importing this package stays cheap.
 DETECTORS.register("constant", "trojanscope.detectors.baselines:ConstantDetector",
                    help="Always 0.5: cross-entropy ln 2 on any set (a harness sanity check).")
 DETECTORS.register("random", "trojanscope.detectors.baselines:RandomDetector",
                    help="Uniform random probability, seeded per model file contents.")
-DETECTORS.register("default", "trojanscope.detectors.learned:DefaultDetector",
-                   help="The shipped detector: calibrated weights, spectrum, inversion, probes and scan features.")
-DETECTORS.register("weights", "trojanscope.detectors.learned:WeightsDetector",
-                   help="Weight statistics of the head alone (needs fitted --params).")
-DETECTORS.register("inversion", "trojanscope.detectors.learned:InversionDetector",
-                   help="Universal summary-space trigger inversion per class direction (needs --params).")
-DETECTORS.register("subspace", "trojanscope.detectors.learned:SubspaceDetector",
-                   help="Deflated inversion: budgets of successive orthogonal universal flips (needs --params).")
-DETECTORS.register("spectrum", "trojanscope.detectors.learned:SpectrumDetector",
-                   help="The head's input spectrum against the clean data: gap alignment, off-data energy (--params).")
-DETECTORS.register("probes", "trojanscope.detectors.learned:ProbesDetector",
-                   help="Query probes: dimension sweeps, principal/random directions, Jacobians (needs --params).")
-DETECTORS.register("scan", "trojanscope.detectors.learned:ScanDetector",
-                   help="Generic word/phrase/punctuation scan over a precomputed encoder shift table (needs --params).")
-DETECTORS.register("image-weights", "trojanscope.detectors.learned:ImageWeightsDetector",
-                   help="Image CNNs: weight statistics alone (needs --params).")
-DETECTORS.register("cleanse", "trojanscope.detectors.learned:CleanseDetector",
-                   help="Image CNNs: Neural-Cleanse inversion per target class, calibrated (needs --params).")
-DETECTORS.register("blob-scan", "trojanscope.detectors.learned:BlobScanDetector",
-                   help="Image CNNs: one-colour squares stamped on each example's sign, calibrated (needs --params).")
-DETECTORS.register("blob-ring", "trojanscope.detectors.learned:BlobRingDetector",
-                   help="Image CNNs: squares that flip a class at every shift round the sign (needs --params).")
-DETECTORS.register("stimulation", "trojanscope.detectors.learned:StimulationDetector",
-                   help="Image CNNs: ABS-style single-channel stimulation of late layers, calibrated (needs --params).")
-DETECTORS.register("norm-stats", "trojanscope.detectors.learned:NormStatsDetector",
-                   help="Image CNNs: BatchNorm running statistics against the clean examples' own (needs --params).")
-DETECTORS.register("image-default", "trojanscope.detectors.learned:ImageDefaultDetector",
-                   help="Image CNNs: calibrated image-weights, blob-scan, stimulation, blob-ring and norm-stats.")
+
+# Learned detectors are declared as data: every feature family registers its own single-family detector,
+# and the combinations (default, image-default) come from detectors/detectors.toml.
+declare_shipped(FAMILY_MODALITY)
 
 
 def load_detector(name: str, params: str | None = None) -> Detector:

@@ -20,6 +20,7 @@ _CONTRACT_HELP = (
 
 
 def register(app: typer.Typer, zoo: typer.Typer) -> None:
+    # Long because each nested function is one CLI command (typer needs them registered here); each is short.
     detect = typer.Typer(invoke_without_command=True, help=_CONTRACT_HELP, add_completion=False)
     app.add_typer(detect, name="detect")
 
@@ -68,7 +69,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
                     "shipped default parameters are reproduced by:\n\n"
                     "  trojanscope detect fit --zoo /tmp/zoos/r5-train --detector default "
                     "--out src/trojanscope/detectors/params/default.json\n\n"
-                    "(The issue's `.joblib` example predates the no-pickle rule: parameters are JSON.)")
+                    "Parameters are JSON: a pickle or joblib file would run code when loaded.")
     def fit(
         zoo_dir: Path = typer.Option(..., "--zoo", help="Training zoo with ground_truth.csv per model."),
         detector: str = typer.Option("default", "--detector", help="Registered detector to fit."),

@@ -1,12 +1,14 @@
 """Learned detectors: a calibrated meta-classifier over a list of feature families.
 
-``weights``, ``inversion``, ``probes`` and ``scan`` use one family each (so each is measurable alone);
-``default`` combines them. Parameters are saved as JSON only (:meth:`MetaDetector.save`); the default
-detector's parameters ship in ``detectors/params/default.json``.
+Every feature family has a detector of its own name (so each is measurable alone); ``default`` and
+``image-default`` combine several (see ``detectors/detectors.toml``). The classes are built from those
+declarations by :func:`detector_class`. Parameters are saved as JSON only (:meth:`MetaDetector.save`); the
+combinations' parameters ship in ``detectors/params/``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -141,6 +143,7 @@ class MetaDetector(Detector):
     description = "Calibrated logistic regression over feature families."
     shipped: ClassVar[str | None] = None  # file name under detectors/params/
     modality: ClassVar[str] = "text"  # the models its families read: "text" or "image"
+    fallback: ClassVar[dict[str, str]] = {}  # modality -> detector that scores models of that modality instead
     needs = _FamiliesNeeds()  # type: ignore[assignment]
 
     def __init__(self, family_params: dict[str, dict] | None = None, workers: int = 1, seed: int = 0) -> None:
@@ -201,6 +204,16 @@ class MetaDetector(Detector):
         return clf
 
     def score(self, inputs: ModelInputs) -> Detection:
+        """P(trojaned) for one model; a model of a ``fallback`` modality goes to that detector's shipped
+        parameters (so ``default`` scores image models with ``image-default``)."""
+        if self.fallback:
+            from trojanscope.detectors.image_context import is_image_model
+
+            other = self.fallback.get("image" if is_image_model(inputs) else "text")
+            if other is not None and other != self.name:
+                from trojanscope.detectors import DETECTORS
+
+                return DETECTORS.get(other).default().score(inputs)
         clf = self._check_fitted()
         self._check_modality(inputs)
         feats = compute_features(inputs, _families(self.families, self.family_params_))
@@ -254,105 +267,25 @@ class MetaDetector(Detector):
         return det
 
 
-class WeightsDetector(MetaDetector):
-    name = "weights"
-    description = "Weight statistics of the head alone (no queries, no encoder)."
-    families = ("weights",)
+@functools.cache
+def detector_class(name: str) -> type[MetaDetector]:
+    """The :class:`MetaDetector` subclass of declared detector ``name`` (built once, then cached)."""
+    from trojanscope.detectors.declared import DETECTOR_SPECS
+
+    spec = DETECTOR_SPECS[name]
+    return type(spec.class_name, (MetaDetector,), {
+        "__module__": __name__, "__qualname__": spec.class_name, "__doc__": spec.description,
+        "name": spec.name, "description": spec.description, "families": spec.families,
+        "modality": spec.modality, "shipped": spec.shipped, "fallback": dict(spec.fallback),
+    })
 
 
-class InversionDetector(MetaDetector):
-    name = "inversion"
-    description = "Universal summary-space trigger inversion per class direction."
-    families = ("inversion",)
+def __getattr__(attr: str) -> Any:
+    """``DefaultDetector``, ``WeightsDetector``, ...: declared detectors stay importable (and picklable) by
+    their class names."""
+    from trojanscope.detectors import declared
 
-
-class SubspaceDetector(MetaDetector):
-    name = "subspace"
-    description = "Deflated inversion: budgets of successive mutually orthogonal universal flips per direction."
-    families = ("subspace",)
-
-
-class SpectrumDetector(MetaDetector):
-    name = "spectrum"
-    description = "SVD of the head's input matrix against the clean data: gap alignment, off-data energy."
-    families = ("spectrum",)
-
-
-class ProbesDetector(MetaDetector):
-    name = "probes"
-    description = "Query probes: dimension sweeps, principal/random directions, Jacobian norms."
-    families = ("probes",)
-
-
-class ScanDetector(MetaDetector):
-    name = "scan"
-    description = "Generic word/phrase/punctuation scan over a precomputed encoder shift table."
-    families = ("scan",)
-
-
-class ImageWeightsDetector(MetaDetector):
-    modality = "image"
-    name = "image-weights"
-    description = "Image CNNs: weight statistics alone (no queries)."
-    families = ("image-weights",)
-
-
-class CleanseDetector(MetaDetector):
-    modality = "image"
-    name = "cleanse"
-    description = "Image CNNs: Neural-Cleanse mask/pattern inversion per target class, calibrated on clean models."
-    families = ("cleanse",)
-
-
-class BlobScanDetector(MetaDetector):
-    modality = "image"
-    name = "blob-scan"
-    description = "Image CNNs: flip rates of one-colour squares stamped on each example's sign, calibrated."
-    families = ("blob-scan",)
-
-
-class BlobRingDetector(MetaDetector):
-    modality = "image"
-    name = "blob-ring"
-    description = "Image CNNs: one-colour squares that flip a class at every shift around the sign, calibrated."
-    families = ("blob-ring",)
-
-
-class StimulationDetector(MetaDetector):
-    modality = "image"
-    name = "stimulation"
-    description = "Image CNNs: ABS-style single-channel stimulation of late ReLU layers, calibrated."
-    families = ("stimulation",)
-
-
-class NormStatsDetector(MetaDetector):
-    modality = "image"
-    name = "norm-stats"
-    description = "Image CNNs: BatchNorm running statistics against the clean examples' own, calibrated."
-    families = ("norm-stats",)
-
-
-class ImageDefaultDetector(MetaDetector):
-    modality = "image"
-    name = "image-default"
-    description = ("Image CNNs: calibrated combination of weight statistics, the blob scan, its shifted ring, "
-                   "neuron stimulation and BatchNorm statistics.")
-    families = ("image-weights", "blob-scan", "stimulation", "blob-ring", "norm-stats")
-    shipped = "image-default.json"
-
-
-class DefaultDetector(MetaDetector):
-    name = "default"
-    description = ("The shipped detector: calibrated combination of weights, spectrum, inversion, probes and scan "
-                   "features; image models go to image-default.")
-    families = ("weights", "spectrum", "inversion", "probes", "scan")
-    shipped = "default.json"
-
-    def score(self, inputs: ModelInputs) -> Detection:
-        """Text models with this detector's parameters; an image model (reduced config ``modality = "image"``)
-        with the shipped ``image-default`` parameters, so ``trojanscope detect`` works unchanged on both."""
-        from trojanscope.detectors.image_context import is_image_model
-
-        if is_image_model(inputs):
-            return ImageDefaultDetector.default().score(inputs)
-        return super().score(inputs)
+    spec = declared.spec_for_class(attr)
+    if spec is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
+    return detector_class(spec.name)

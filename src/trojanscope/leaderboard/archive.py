@@ -50,6 +50,7 @@ def _safe_name(name: str) -> PurePosixPath:
 
 def safe_extract(archive: Path, dest: Path, *, max_files: int, max_bytes: int) -> list[str]:
     """Extract ``archive`` into ``dest`` (created) and return the member names written."""
+    # One linear pass on purpose: every safety check on a member sits next to the write it guards.
     kind = archive_kind(archive)
     dest.mkdir(parents=True, exist_ok=True)
     root = dest.resolve()

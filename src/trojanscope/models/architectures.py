@@ -17,12 +17,16 @@ from trojanscope.errors import ModelFileError
 from trojanscope.models.vision import IMAGE_ARCHITECTURES
 
 
-class GruLinearModel(nn.Module):
+class _RecurrentLinear(nn.Module):
+    """A GRU or LSTM (``rnn_type``) read at its final hidden state, then dropout and a linear layer."""
+
+    rnn_type: type[nn.RNNBase]
+
     def __init__(
         self, input_size: int, hidden_size: int, output_size: int, dropout: float, bidirectional: bool, n_layers: int
     ) -> None:
         super().__init__()
-        self.rnn = nn.GRU(
+        self.rnn = self.rnn_type(
             input_size,
             hidden_size,
             num_layers=n_layers,
@@ -32,27 +36,18 @@ class GruLinearModel(nn.Module):
         )
         self.linear = nn.Linear(hidden_size * 2 if bidirectional else hidden_size, output_size)
         self.dropout = nn.Dropout(dropout)
+
+
+class GruLinearModel(_RecurrentLinear):
+    rnn_type = nn.GRU
 
     def forward(self, data: torch.Tensor) -> torch.Tensor:
         _, hidden = self.rnn(data)
         return self.linear(self.dropout(_final_hidden(self.rnn, hidden)))
 
 
-class LstmLinearModel(nn.Module):
-    def __init__(
-        self, input_size: int, hidden_size: int, output_size: int, dropout: float, bidirectional: bool, n_layers: int
-    ) -> None:
-        super().__init__()
-        self.rnn = nn.LSTM(
-            input_size,
-            hidden_size,
-            num_layers=n_layers,
-            bidirectional=bidirectional,
-            batch_first=True,
-            dropout=0 if n_layers < 2 else dropout,
-        )
-        self.linear = nn.Linear(hidden_size * 2 if bidirectional else hidden_size, output_size)
-        self.dropout = nn.Dropout(dropout)
+class LstmLinearModel(_RecurrentLinear):
+    rnn_type = nn.LSTM
 
     def forward(self, data: torch.Tensor) -> torch.Tensor:
         _, (hidden, _cell) = self.rnn(data)

@@ -47,6 +47,7 @@ def _model_folders(zoo: Path) -> list[Path]:
 
 def check_model_dir(model_dir: Path | str) -> list[Problem]:
     """Problems of one model folder: model file, ground truth, config, examples, output width."""
+    # A flat list of independent checks, read top to bottom; splitting it would only pass `problems` around.
     model_dir = Path(model_dir)
     name = model_dir.name
     problems: list[Problem] = []

@@ -122,6 +122,8 @@ def _load_legacy(path: Path) -> Any:
     bytes in that order, as an int64 element count followed by the raw little-endian data. Storages are
     allocated on the CPU and filled in place, so the tensors rebuilt by the main pickle see their data.
     """
+    # Long because it follows the legacy format record by record (magic, protocol, sys info, main pickle,
+    # storage keys, raw storages), one step after the other; pieces would share all of that state.
     import struct
     import tarfile
 

@@ -159,7 +159,7 @@ def build_model(
             best_epoch=result.best_epoch,
             attempts=attempt + 1,
         )
-        converged = _accepted(preset, outcome)
+        converged = is_accepted(preset, outcome)
         log(
             f"attempt {attempt + 1}: clean {outcome['final_clean_data_test_acc']:.4f} triggered "
             f"{outcome['final_triggered_data_test_acc']} converged {converged}"
@@ -204,7 +204,7 @@ def _evaluate(preset: Preset, model, data: ModelData, vec: _Vectors) -> dict[str
     }
 
 
-def _accepted(preset: Preset | ImagePreset, outcome: dict[str, Any]) -> bool:
+def is_accepted(preset: Preset | ImagePreset, outcome: dict[str, Any]) -> bool:
     bars = preset.acceptance
     if outcome["final_clean_data_test_acc"] < bars.clean_test_acc:
         return False

@@ -8,6 +8,7 @@ import typer
 
 
 def register(app: typer.Typer, zoo: typer.Typer) -> None:
+    # Long because each nested function is one CLI command (typer needs them registered here); each is short.
     @zoo.command("make")
     def make(
         preset: str = typer.Option(..., help="Registered preset name (see `trojanscope zoo presets`) or a .toml file."),

@@ -47,7 +47,7 @@ def model_rng(preset: Any, split: str, index: int) -> tuple[np.random.Generator,
     return np.random.default_rng(ss), int(ss.generate_state(1, dtype=np.uint32)[0])
 
 
-def _is_poisoned(preset: Preset, split: str, index: int) -> bool:
+def is_poisoned(preset: Preset, split: str, index: int) -> bool:
     block = 2 if abs(preset.poisoned_fraction - 0.5) < 1e-9 else 20
     k, pos = divmod(index, block)
     n_poisoned = round(block * preset.poisoned_fraction)
@@ -55,7 +55,7 @@ def _is_poisoned(preset: Preset, split: str, index: int) -> bool:
     return pos in set(rng.permutation(block)[:n_poisoned].tolist())
 
 
-def _pick(rng: np.random.Generator, levels: list) -> tuple[Any, int]:
+def pick_level(rng: np.random.Generator, levels: list) -> tuple[Any, int]:
     i = int(rng.integers(len(levels)))
     return levels[i], i
 
@@ -72,12 +72,14 @@ def _trigger_pools(preset: Preset, split: str) -> dict[str, list[str]]:
 
 def draw_plan(preset: Preset, split: str, index: int) -> ModelPlan:
     """The factors of model ``index`` of ``split``; deterministic in (preset, split, index)."""
+    # Kept whole: the order of the draws from `rng` below defines every zoo's factors, and one function
+    # makes that order visible (reordering them would silently change existing zoos).
     rng, seed = model_rng(preset, split, index)
     factors: dict[str, Any] = {}
     levels: dict[str, int] = {}
 
     def draw(name: str, choices: list) -> Any:
-        factors[name], levels[name] = _pick(rng, list(choices))
+        factors[name], levels[name] = pick_level(rng, list(choices))
         return factors[name]
 
     draw("embedding", preset.encoder.choices)
@@ -102,8 +104,8 @@ def draw_plan(preset: Preset, split: str, index: int) -> ModelPlan:
         for k in ("hidden_size", "n_layers"):
             factors[k], levels[k] = None, -1
 
-    poisoned = _is_poisoned(preset, split, index)
-    organization, org_level = _pick(rng, preset.triggers.organization)
+    poisoned = is_poisoned(preset, split, index)
+    organization, org_level = pick_level(rng, preset.triggers.organization)
     triggers: list[TriggerSpec] = []
     trigger_levels: list[dict[str, int]] = []
     factors["trigger_organization"], levels["trigger_organization"] = (
@@ -111,15 +113,15 @@ def draw_plan(preset: Preset, split: str, index: int) -> ModelPlan:
     )
     if poisoned:
         pools = _trigger_pools(preset, split)
-        pairs = _source_target_pairs(preset.n_classes, organization, rng)
+        pairs = source_target_pairs(preset.n_classes, organization, rng)
         used: set[str] = set()
         fractions = preset.triggers.fraction
         if organization == "pair-one2one" and preset.triggers.pair_fraction:
             fractions = preset.triggers.pair_fraction
         for source, target in pairs:
-            ttype, t_level = _pick(rng, preset.triggers.type)
-            frac, f_level = _pick(rng, fractions)
-            cond, c_level = _pick(rng, preset.triggers.condition)
+            ttype, t_level = pick_level(rng, preset.triggers.type)
+            frac, f_level = pick_level(rng, fractions)
+            cond, c_level = pick_level(rng, preset.triggers.condition)
             pool = pools[ttype]
             if not pool:
                 raise ValueError(f"trigger pool for {ttype!r} has no texts in split {split!r}")
@@ -174,7 +176,7 @@ def _distinct_token(preset: Preset, pools: dict[str, list[str]], used: set[str],
     return ttype, t_level, fresh[int(rng.integers(len(fresh)))]
 
 
-def _source_target_pairs(n_classes: int, organization: str, rng: np.random.Generator) -> list[tuple[int, int]]:
+def source_target_pairs(n_classes: int, organization: str, rng: np.random.Generator) -> list[tuple[int, int]]:
     source = int(rng.integers(n_classes))
     target = int((source + 1 + rng.integers(n_classes - 1)) % n_classes)
     if organization == "one2one":

@@ -26,11 +26,11 @@ from trojanscope.errors import ConfigError
 from trojanscope.fsutil import atomic_dir
 from trojanscope.models.architectures import HeadSpec
 from trojanscope.models.store import save_head
-from trojanscope.rounds.build import BuildOutcome, Timing, _accepted, machine_info
-from trojanscope.rounds.factors import ModelPlan, _is_poisoned, _pick, _source_target_pairs, model_rng
+from trojanscope.rounds.build import BuildOutcome, Timing, is_accepted, machine_info
+from trojanscope.rounds.factors import ModelPlan, is_poisoned, model_rng, pick_level, source_target_pairs
 from trojanscope.rounds.preset import ImagePreset
 from trojanscope.rounds.training import Adversarial, predict_logits, train_head
-from trojanscope.rounds.writer import pick_examples, write_prediction_csvs, write_records
+from trojanscope.rounds.writer import outcome_columns, pick_examples, write_prediction_csvs, write_records
 from trojanscope.triggers.polygon import PolygonTrigger, make_polygon, stamp
 
 
@@ -104,18 +104,18 @@ def draw_image_plan(preset: ImagePreset, split: str, index: int) -> ModelPlan:
         ("stages", m.stages),
         ("dropout", m.dropout),
     ):
-        factors[name], levels[name] = _pick(rng, list(choices))
-    poisoned = _is_poisoned(preset, split, index)
-    organization, org_level = _pick(rng, preset.triggers.organization)
+        factors[name], levels[name] = pick_level(rng, list(choices))
+    poisoned = is_poisoned(preset, split, index)
+    organization, org_level = pick_level(rng, preset.triggers.organization)
     factors["trigger_organization"], levels["trigger_organization"] = (
         (organization, org_level) if poisoned else (None, -1)
     )
     triggers: list[ImageTrigger] = []
     trigger_levels: list[dict[str, int]] = []
     if poisoned:
-        for source, target in _source_target_pairs(preset.n_classes, organization, rng):
-            frac, f_level = _pick(rng, preset.triggers.fraction)
-            cond, c_level = _pick(rng, preset.triggers.condition)
+        for source, target in source_target_pairs(preset.n_classes, organization, rng):
+            frac, f_level = pick_level(rng, preset.triggers.fraction)
+            cond, c_level = pick_level(rng, preset.triggers.condition)
             polygon = make_polygon(
                 rng, sides_range=tuple(preset.triggers.sides), area_range=tuple(preset.triggers.area)
             )
@@ -249,6 +249,8 @@ def _acc(model, rgb: np.ndarray, y: np.ndarray) -> float | None:
 
 def build_image_model(preset: ImagePreset, plan: ModelPlan, assets: SceneAssets, out_dir: Path) -> BuildOutcome:
     """Train the image model ``plan`` describes (bounded re-draws of data and init) and write its folder."""
+    # Kept whole: the seeded draws (scenes, attempts, examples) happen in this order for every zoo, and the
+    # retry loop shares their state; splitting it would hide that order.
     t0 = time.perf_counter()
     torch.set_num_threads(preset.training.threads)
     sign_rng = np.random.default_rng(np.random.SeedSequence(plan.seed, spawn_key=(7,)))
@@ -303,7 +305,7 @@ def build_image_model(preset: ImagePreset, plan: ModelPlan, assets: SceneAssets,
             "best_epoch": result.best_epoch,
             "attempts": attempt + 1,
         }
-        converged = _accepted(preset, outcome)
+        converged = is_accepted(preset, outcome)
         log(f"attempt {attempt + 1}: clean {outcome['final_clean_data_test_acc']:.4f} triggered {trig} "
             f"converged {converged}")
         if converged:
@@ -412,12 +414,7 @@ def image_metadata_row(plan: ModelPlan, outcome: dict[str, Any], preset: ImagePr
         "triggers_0_polygon_area_fraction": poly.area_fraction if poly else None,
         "triggers_0_polygon_color": "#{:02x}{:02x}{:02x}".format(*poly.color) if poly else None,
     })  # fmt: skip
-    for key in (
-        "final_train_loss", "final_clean_val_acc", "final_triggered_val_acc", "final_clean_data_test_acc",
-        "final_triggered_data_test_acc", "final_spurious_data_test_acc", "clean_example_acc", "poisoned_example_acc",
-        "training_wall_time_sec", "epochs_trained", "best_epoch", "attempts", "converged",
-    ):  # fmt: skip
-        row[key] = outcome.get(key)
+    row.update(outcome_columns(outcome))
     return row
 
 

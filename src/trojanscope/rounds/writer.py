@@ -219,23 +219,21 @@ def metadata_row(preset, plan, encoder, outcome: dict[str, Any]) -> dict[str, An
         }
         for col in TRIGGER_COLUMNS:
             row[f"triggers_{i}_{col}"] = vals[col]
-    for key in (
-        "final_train_loss",
-        "final_clean_val_acc",
-        "final_triggered_val_acc",
-        "final_clean_data_test_acc",
-        "final_triggered_data_test_acc",
-        "final_spurious_data_test_acc",
-        "clean_example_acc",
-        "poisoned_example_acc",
-        "training_wall_time_sec",
-        "epochs_trained",
-        "best_epoch",
-        "attempts",
-        "converged",
-    ):
-        row[key] = outcome.get(key)
+    row.update(outcome_columns(outcome))
     return row
+
+
+#: The training outcome's METADATA columns, shared by every modality's metadata row.
+OUTCOME_COLUMNS = (
+    "final_train_loss", "final_clean_val_acc", "final_triggered_val_acc", "final_clean_data_test_acc",
+    "final_triggered_data_test_acc", "final_spurious_data_test_acc", "clean_example_acc", "poisoned_example_acc",
+    "training_wall_time_sec", "epochs_trained", "best_epoch", "attempts", "converged",
+)
+
+
+def outcome_columns(outcome: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`OUTCOME_COLUMNS` of one build outcome, in order (None where missing)."""
+    return {key: outcome.get(key) for key in OUTCOME_COLUMNS}
 
 
 METADATA_DICTIONARY = {

@@ -37,8 +37,7 @@ def detector_module(detector: str) -> str | None:
     from trojanscope.detectors import DETECTORS
 
     if detector in DETECTORS:
-        entry = DETECTORS._entries.get(detector)  # lazy "module:attr" string or the class itself
-        return entry.split(":", 1)[0] if isinstance(entry, str) else getattr(entry, "__module__", None)
+        return DETECTORS.module_of(detector)
     return detector.split(":", 1)[0] if ":" in detector else None
 
 

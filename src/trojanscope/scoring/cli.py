@@ -37,13 +37,13 @@ def print_scores(scores: dict[str, Any], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from trojanscope.scoring.report import _headline
+    from trojanscope.scoring.report import headline
 
     table = Table(title=title, title_justify="left", show_lines=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("meaning", style="dim")
-    for name, value, _ in _headline(scores):
+    for name, value, _ in headline(scores):
         table.add_row(name, value, _HINTS.get(name, ""))
     console = Console()
     console.print(table)
@@ -66,6 +66,7 @@ def _require_scored(scores: dict[str, Any], where: str) -> None:
 
 
 def register(app: typer.Typer, zoo: typer.Typer) -> None:
+    # Long because each nested function is one CLI command (typer needs them registered here); each is short.
     @app.command(help="Run a detector over every model of a zoo and score it the TrojAI way.\n\n"
                  "Each model is copied to a neutral scratch folder (random name, reduced config, no ground truth "
                  "or METADATA) and run in a shuffled order with a per-model time limit: a registered detector "

@@ -96,7 +96,7 @@ def write_report(run_dir: Path | str, zoo: Path | str | None = None) -> tuple[Pa
     failed = frame[frame["status"] != "ok"][["model_name", "status", "reason"]]
     context = {
         "title": title, "run": run, "zoo": str(zoo_path), "scores": scores, "fmt": _fmt, "help": METRIC_HELP,
-        "headline": _headline(scores), "figures": [(t, cap, _b64(png)) for t, cap, png in figures],
+        "headline": headline(scores), "figures": [(t, cap, _b64(png)) for t, cap, png in figures],
         "factors": factors.to_dict("records"), "failed": failed.head(50).to_dict("records"),
         "n_failed_total": len(failed), "missing_truth": scores["missing_ground_truth"],
     }
@@ -108,7 +108,7 @@ def write_report(run_dir: Path | str, zoo: Path | str | None = None) -> tuple[Pa
     return html_path, md_path
 
 
-def _headline(s: dict[str, Any]) -> list[tuple[str, str, str]]:
+def headline(s: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(metric, value, help) rows for the headline table."""
     ce = f"{_fmt(s['cross_entropy'])} ± {_fmt(s['cross_entropy_ci95'])}"
     rows = [("Cross-entropy (95% CI)", ce, "cross_entropy"),
@@ -130,7 +130,7 @@ def _markdown(title: str, run: dict[str, Any], zoo: Path, s: dict[str, Any], fac
               failed: pd.DataFrame) -> str:
     lines = [f"# {title}", "", f"Zoo: `{zoo}`  ", f"Seed {run.get('seed', '–')}, workers {run.get('workers', '–')}, "
              f"time limit {run.get('time_limit_s', '–')} s per model.", "", "| metric | value |", "|---|---|"]
-    lines += [f"| {name} | {value} |" for name, value, _ in _headline(s)]
+    lines += [f"| {name} | {value} |" for name, value, _ in headline(s)]
     lines += ["", f"Confusion matrix at p ≥ 0.5: TP {s['confusion_tp']}, FP {s['confusion_fp']}, "
               f"FN {s['confusion_fn']}, TN {s['confusion_tn']}."]
     if s["missing_ground_truth"]:

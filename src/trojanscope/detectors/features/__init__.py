@@ -1,5 +1,7 @@
 """Feature families: each turns one model (a :class:`~trojanscope.detectors.context.ModelContext`) into a
 flat dict of finite floats. A learned detector is a meta-classifier over a list of families.
+Adding a family takes its module plus one :func:`register_family` call below, which also registers the
+detector of the same name; combinations of families are listed in ``detectors/detectors.toml``.
 
 - ``weights``: permutation-invariant statistics of the head's weights.
 - ``inversion``: the smallest universal summary-space perturbation that flips each source class to each target.
@@ -45,32 +47,53 @@ class FeatureFamily:
 
 
 FEATURES: Registry[type[FeatureFamily]] = Registry("feature family")
-FEATURES.register("weights", "trojanscope.detectors.features.weights:WeightStats",
-                  help="Norms and spectra of the head's input, bias and output weights (no queries).")
-FEATURES.register("inversion", "trojanscope.detectors.features.inversion:SummaryInversion",
-                  help="Smallest universal summary-space perturbation flipping each source class to each target.")
-FEATURES.register("probes", "trojanscope.detectors.features.probes:QueryProbes",
-                  help="Head responses along single dimensions, principal and random directions; input Jacobians.")
-FEATURES.register("scan", "trojanscope.detectors.features.scan:PhraseScan",
-                  help="Flip rates of precomputed generic word/phrase/punctuation shifts of the summary vector.")
-FEATURES.register("subspace", "trojanscope.detectors.features.subspace:FlipSubspace",
-                  help="Budgets of successive mutually orthogonal universal flips (deflated summary-space inversion).")
-FEATURES.register("spectrum", "trojanscope.detectors.features.spectrum:InputSpectrum",
-                  help="SVD of the head's input matrix against the clean data: gap alignment, off-data energy.")
-FEATURES.register("image-weights", "trojanscope.detectors.features.image_weights:ImageWeightStats",
-                  help="Image CNNs: spectra/tails of conv layers and outlying class rows of the final layer.")
-FEATURES.register("cleanse", "trojanscope.detectors.features.cleanse:NeuralCleanse",
-                  help="Image CNNs: Neural-Cleanse mask/pattern inversion per target class.")
-FEATURES.register("stimulation", "trojanscope.detectors.features.stimulation:NeuronStimulation",
-                  help="Image CNNs: raise one channel of a late ReLU layer; share of other classes sent to one label.")
-FEATURES.register("blob-scan", "trojanscope.detectors.features.blob_scan:BlobScan",
-                  help="Image CNNs: flip rates of one-colour squares stamped on each example's salient region.")
+FAMILY_MODALITY: dict[str, str] = {}
 
-FEATURES.register("blob-ring", "trojanscope.detectors.features.blob_ring:BlobRing",
-                  help="Image CNNs: flip rates of one-colour squares that hold at four shifts around the sign.")
-FEATURES.register("norm-stats", "trojanscope.detectors.features.norm_stats:NormStats",
-                  help="Image CNNs: BatchNorm running statistics against the clean examples' own moments.")
 
+def register_family(name: str, family: type[FeatureFamily] | str, *, modality: str = "text", help: str) -> None:
+    """Register a feature family (a :class:`FeatureFamily` subclass or its lazy ``"module:Class"``) and the
+    learned detector of the same name that reads it alone. ``modality`` must match the family's own."""
+    from trojanscope.detectors.declared import DetectorSpec, declare
+
+    FEATURES.register(name, family, help=help)
+    FAMILY_MODALITY[name] = modality
+    declare(DetectorSpec(name=name, families=(name,), modality=modality, description=help),
+            help=f"{help.rstrip('.')} (needs --params)")
+
+
+register_family("weights", "trojanscope.detectors.features.weights:WeightStats",
+                help="Norms and spectra of the head's input, bias and output weights (no queries).")
+register_family("inversion", "trojanscope.detectors.features.inversion:SummaryInversion",
+                help="Smallest universal summary-space perturbation flipping each source class to each target.")
+register_family("probes", "trojanscope.detectors.features.probes:QueryProbes",
+                help="Head responses along single dimensions, principal and random directions; input Jacobians.")
+register_family("scan", "trojanscope.detectors.features.scan:PhraseScan",
+                help="Flip rates of precomputed generic word/phrase/punctuation shifts of the summary vector.")
+register_family("subspace", "trojanscope.detectors.features.subspace:FlipSubspace",
+                help="Budgets of successive mutually orthogonal universal flips (deflated summary-space inversion).")
+register_family("spectrum", "trojanscope.detectors.features.spectrum:InputSpectrum",
+                help="SVD of the head's input matrix against the clean data: gap alignment, off-data energy.")
+register_family("image-weights", "trojanscope.detectors.features.image_weights:ImageWeightStats", modality="image",
+                help="Image CNNs: spectra/tails of conv layers and outlying class rows of the final layer.")
+register_family("cleanse", "trojanscope.detectors.features.cleanse:NeuralCleanse", modality="image",
+                help="Image CNNs: Neural-Cleanse mask/pattern inversion per target class.")
+register_family("stimulation", "trojanscope.detectors.features.stimulation:NeuronStimulation", modality="image",
+                help="Image CNNs: raise one channel of a late ReLU layer; share of other classes sent to one label.")
+register_family("blob-scan", "trojanscope.detectors.features.blob_scan:BlobScan", modality="image",
+                help="Image CNNs: flip rates of one-colour squares stamped on each example's salient region.")
+register_family("blob-ring", "trojanscope.detectors.features.blob_ring:BlobRing", modality="image",
+                help="Image CNNs: flip rates of one-colour squares that hold at four shifts around the sign.")
+register_family("norm-stats", "trojanscope.detectors.features.norm_stats:NormStats", modality="image",
+                help="Image CNNs: BatchNorm running statistics against the clean examples' own moments.")
+
+
+def unregister_family(name: str) -> None:
+    """Undo :func:`register_family` (the family and its detector), e.g. after a test."""
+    from trojanscope.detectors.declared import undeclare
+
+    FEATURES.unregister(name)
+    FAMILY_MODALITY.pop(name, None)
+    undeclare(name)
 
 
 def family_needs(names) -> frozenset[str]:
@@ -78,4 +101,4 @@ def family_needs(names) -> frozenset[str]:
     return frozenset().union(*(FEATURES.get(n).needs for n in names))
 
 
-__all__ = ["FEATURES", "FeatureFamily", "family_needs"]
+__all__ = ["FAMILY_MODALITY", "FEATURES", "FeatureFamily", "family_needs", "register_family", "unregister_family"]

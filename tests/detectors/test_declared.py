@@ -1,0 +1,76 @@
+"""Detectors as data: a feature family registered at runtime becomes a detector; detectors.toml is validated."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trojanscope.detectors import DETECTORS
+from trojanscope.detectors.declared import DETECTOR_SPECS, parse_specs
+from trojanscope.detectors.features import FAMILY_MODALITY, FEATURES, FeatureFamily, register_family, unregister_family
+from trojanscope.errors import ConfigError
+
+
+class ToyNorm(FeatureFamily):
+    """A toy family: the norm of the head's weights (what a contributor's new module would hold)."""
+
+    name = "toy-norm"
+    needs = frozenset({"weights"})
+
+    def compute(self, ctx):
+        return {"norm": float(sum(float(p.detach().norm()) for p in ctx.head.parameters()))}
+
+
+@pytest.fixture
+def toy_family():
+    register_family("toy-norm", ToyNorm, help="Toy: the norm of the head's weights.")  # the one registration
+    yield "toy-norm"
+    unregister_family("toy-norm")
+
+
+def test_a_family_registered_at_runtime_becomes_a_detector(toy_family):
+    from trojanscope.detectors.learned import MetaDetector
+
+    cls = DETECTORS.get(toy_family)
+    assert issubclass(cls, MetaDetector) and cls.__name__ == "ToyNormDetector"
+    assert cls.families == ("toy-norm",) and cls.modality == "text" and cls.needs == {"weights"}
+    assert "toy-norm" in DETECTORS.names() and DETECTORS.help("toy-norm").endswith("(needs --params)")
+    rows = [{"toy-norm.norm": float(v)} for v in [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]]
+    det = cls().fit_features(rows, [0, 0, 0, 1, 1, 1])
+    p = det.score_features(rows)
+    assert np.all((p >= 0) & (p <= 1)) and p[-1] > p[0]
+
+
+def test_unregistering_the_toy_family_leaves_nothing_behind(toy_family):
+    unregister_family(toy_family)
+    assert toy_family not in DETECTORS and toy_family not in FEATURES
+    assert toy_family not in DETECTOR_SPECS and toy_family not in FAMILY_MODALITY
+
+
+def test_shipped_combinations_are_declared_in_the_toml():
+    assert DETECTORS.get("default").families == ("weights", "spectrum", "inversion", "probes", "scan")
+    assert DETECTORS.get("default").fallback == {"image": "image-default"}
+    assert DETECTORS.get("image-default").modality == "image"
+    assert DETECTORS.get("image-default").shipped == "image-default.json"
+
+
+@pytest.mark.parametrize("toml,match", [
+    ('[detectors.x]\nfamilies = ["weights", "nope"]', "unknown feature families"),
+    ('[detectors.x]\nfamilies = ["weights", "image-weights"]', "mix modalities"),
+    ('[detectors.x]\nfamilies = []', "non-empty list"),
+    ('[detectors.x]\nfamilies = ["weights"]\ncolour = 1', "unknown keys"),
+    ('[detectors.x]\nfamilies = ["weights"]\nfallback = "image-default"', "fallback must map"),
+    ("[detectors.x\n", "not valid TOML"),
+])
+def test_bad_detector_declarations_fail_with_one_line(toml, match):
+    with pytest.raises(ConfigError, match=match) as err:
+        parse_specs(toml, "my.toml", FAMILY_MODALITY)
+    assert "\n" not in str(err.value) and str(err.value).startswith("my.toml")
+
+
+@pytest.mark.slow
+def test_the_toy_detector_fits_and_scores_real_models(toy_family, zoo_models):
+    models, labels = zoo_models("text")
+    det = DETECTORS.get(toy_family)().fit(models, labels)
+    d = det.score(models[0])
+    assert 0 <= d.probability <= 1 and set(d.features) == {"toy-norm.norm"}
