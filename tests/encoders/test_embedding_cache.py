@@ -187,3 +187,71 @@ def test_first_stored_vector_wins_for_every_caller(tmp_path):
     out = encode_cached(RacingEncoder(), ["a", "b"], cache)
     np.testing.assert_array_equal(out[0], fake_vector("a") + 1e-6)
     np.testing.assert_array_equal(out[1], fake_vector("b"))
+
+
+def _open_fresh(path: str, barrier, errors) -> None:
+    barrier.wait()
+    try:
+        cache = EmbeddingCache(path)
+        cache.put_many("ns", [f"t{os.getpid()}"], np.ones((1, DIM), np.float32))
+        cache.get_many("ns", ["t0"])
+    except Exception as exc:  # reported to the parent, which asserts none happened
+        errors.put(f"{type(exc).__name__}: {exc}")
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_many_processes_opening_a_fresh_cache_at_once_all_succeed(tmp_path, round_):
+    """The first processes on a machine with no cache yet race to create the file and switch it to WAL."""
+    ctx = mp.get_context("fork")
+    n = 8
+    barrier, errors = ctx.Barrier(n), ctx.Queue()
+    path = str(tmp_path / f"fresh-{round_}" / "embeddings.sqlite")
+    procs = [ctx.Process(target=_open_fresh, args=(path, barrier, errors)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    failures = []
+    while not errors.empty():
+        failures.append(errors.get())
+    assert not failures, failures
+    assert all(p.exitcode == 0 for p in procs)
+
+
+def test_a_locked_answer_while_opening_is_retried_not_fatal(tmp_path, monkeypatch):
+    """SQLite answers the create/WAL-switch race with "database is locked" without waiting: retried."""
+    import trojanscope.encoders.cache as cache_mod
+
+    real, calls = cache_mod._open, []
+
+    def flaky(path):
+        calls.append(path)
+        if len(calls) <= 3:
+            raise sqlite3.OperationalError("database is locked")
+        return real(path)
+
+    monkeypatch.setattr(cache_mod, "_open", flaky)
+    cache = EmbeddingCache(tmp_path / "e.sqlite")
+    assert len(calls) == 4
+    cache.put_many("ns", ["a"], np.ones((1, DIM), np.float32))
+    assert 0 in cache.get_many("ns", ["a"])
+
+
+def test_a_lock_that_never_clears_is_one_clear_error(tmp_path, monkeypatch):
+    import trojanscope.encoders.cache as cache_mod
+
+    def locked(path):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(cache_mod, "_open", locked)
+    monkeypatch.setattr(cache_mod, "OPEN_RETRY_S", 0.2)
+    with pytest.raises(DataError, match="e.sqlite: embedding cache cannot be opened .database is locked.; delete it"):
+        EmbeddingCache(tmp_path / "e.sqlite")
+
+
+def test_prepare_cache_creates_the_file_in_wal_mode(tmp_path):
+    from trojanscope.encoders import prepare_cache
+
+    path = prepare_cache(tmp_path / "new" / "e.sqlite")
+    assert path.is_file()
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"

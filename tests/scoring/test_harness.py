@@ -258,3 +258,34 @@ def test_resume_with_refitted_parameters_is_refused(tmp_path: Path) -> None:
     _check_same_run(out, _previous_run(out), settings)  # same file contents: resuming is fine
     with pytest.raises(ConfigError, match="parameters file p.json had other contents"):
         _check_same_run(out, _previous_run(out), {**settings, "params_sha256": "bb"})
+
+
+def test_retry_failed_reruns_only_the_failed_models(tmp_path: Path) -> None:
+    """A failure that was not the detector's (here: a flag file standing for a locked cache) is kept as
+    p = 0.5 by a plain rerun (TrojAI's rule) and scored again with retry_failed."""
+    zoo = make_zoo(tmp_path / "zoo", n=4)
+    flag, log = tmp_path / "broken", tmp_path / "ran.txt"
+    script = tmp_path / "det.py"
+    script.write_text(
+        "import sys, pathlib, hashlib\n"
+        "a = sys.argv[1:]\n"
+        "model = pathlib.Path(a[a.index('--model_filepath') + 1])\n"
+        f"open({str(log)!r}, 'a').write('x\\n')\n"
+        f"if pathlib.Path({str(flag)!r}).exists() and hashlib.sha256(model.read_bytes()).digest()[0] % 2 == 0:\n"
+        "    sys.exit('cache is locked')\n"
+        "pathlib.Path(a[a.index('--result_filepath') + 1]).write_text('0.7')\n"
+    )
+    command = f"{sys.executable} {script}"
+    flag.touch()
+    first = evaluate(zoo, tmp_path / "run", command=command, progress=False)
+    failed = set(first.results.loc[first.results["status"] != "ok", "model_name"])
+    parity = {d.name: hashlib.sha256((d / "model.pt").read_bytes()).digest()[0] % 2 for d in list_model_dirs(zoo)}
+    assert failed == {n for n, odd in parity.items() if not odd}
+    assert 0 < len(failed) < 4, parity
+    flag.unlink()
+    again = evaluate(zoo, tmp_path / "run", command=command, progress=False)
+    assert set(again.results.loc[again.results["status"] != "ok", "model_name"]) == failed  # kept
+    assert len(log.read_text().splitlines()) == 4
+    retried = evaluate(zoo, tmp_path / "run", command=command, progress=False, retry_failed=True)
+    assert (retried.results["status"] == "ok").all() and (retried.results["probability"] == 0.7).all()
+    assert len(log.read_text().splitlines()) == 4 + len(failed)  # only the failed ones ran again

@@ -37,6 +37,8 @@ class Detection:
 
     probability: float
     features: dict[str, float] = field(default_factory=dict)
+    # things the answer's reader must know (e.g. the model is outside what the parameters were fitted on)
+    warnings: list[str] = field(default_factory=list)
 
 
 class Detector(ABC):

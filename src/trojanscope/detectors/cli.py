@@ -87,7 +87,12 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
 
     @app.command("detectors", help="List the registered detectors with one-line descriptions.")
     def detectors() -> None:
-        from trojanscope.detectors import DETECTORS
+        from trojanscope.detectors import DETECTORS, domain, load_detector
 
+        width = max(map(len, DETECTORS.names()))
         for name in DETECTORS.names():
-            typer.echo(f"{name:<12} {DETECTORS.help(name)}")
+            typer.echo(f"{name:<{width}}  {DETECTORS.help(name)}")
+            if getattr(DETECTORS.get(name), "shipped", None):
+                fitted = getattr(load_detector(name), "trained_on_", {})
+                typer.echo(f"{'':<{width}}  shipped parameters fitted on {fitted.get('n_models', '?')} "
+                           f"{fitted.get('preset', '')} models: {domain.describe(fitted.get('domain'))}")

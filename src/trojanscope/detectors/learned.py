@@ -179,8 +179,12 @@ class MetaDetector(Detector):
         """Compute every training model's features, then fit the meta-classifier."""
         for m in models:
             self._check_modality(m)
+        from trojanscope.detectors import domain
+
         rows, _ = feature_table(models, self.families, self.family_params, workers=self.workers)
-        return self.fit_features(rows, labels)
+        self.fit_features(rows, labels)
+        self.trained_on_["domain"] = domain.summarize(domain.model_domain(m) for m in models)
+        return self
 
     def fit_features(self, rows: Sequence[dict[str, float]], labels: Sequence[int]) -> MetaDetector:
         """Fit from precomputed feature dicts (only this detector's families are used)."""
@@ -216,9 +220,12 @@ class MetaDetector(Detector):
                 return DETECTORS.get(other).default().score(inputs)
         clf = self._check_fitted()
         self._check_modality(inputs)
+        from trojanscope.detectors import domain
+
         feats = compute_features(inputs, _families(self.families, self.family_params_))
         p = float(clf.predict_proba(clf.vector(feats)[None, :])[0])
-        return Detection(probability=p, features=feats)
+        notes = domain.out_of_fit(getattr(self, "trained_on_", {}).get("domain"), inputs)
+        return Detection(probability=p, features=feats, warnings=[f"out of fit: {n}" for n in notes])
 
     def score_features(self, rows: Sequence[dict[str, float]]) -> np.ndarray:
         """P(trojaned) for precomputed feature dicts."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 from trojanscope.detectors.base import ModelInputs
@@ -47,7 +48,10 @@ def run_contract(
         cls_token_is_first=cls_token_is_first,
     )
     det = load_detector(detector, None if params is None else str(params))
-    p = float(det.score(inputs).probability)
+    answer = det.score(inputs)
+    p = float(answer.probability)
+    for note in answer.warnings:  # the answer stands; its reader is told what it rests on
+        print(f"warning: {model_filepath}: {note}", file=sys.stderr)
     if not (math.isfinite(p) and 0.0 <= p <= 1.0):
         raise ConfigError(f"detector {detector!r} answered {p!r}, not a probability in [0, 1]")
     atomic_write_text(result_filepath, f"{p:.6f}\n")

@@ -38,6 +38,34 @@ CREATE TABLE IF NOT EXISTS embeddings (
 """
 _CHUNK = 500  # stays under SQLite's bound-parameter limit on old builds (999)
 BUSY_TIMEOUT_MS = 120_000
+OPEN_RETRY_S = 60.0  # how long opening retries a "database is locked" answer (creation / WAL switch races)
+
+
+def _is_lock(exc: sqlite3.OperationalError) -> bool:
+    msg = str(exc).lower()
+    return "locked" in msg or "busy" in msg
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    """Connect, switch to WAL and create the table; the connection is closed again if a step fails."""
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
+            raise sqlite3.DatabaseError("the file system does not support WAL mode")
+        conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: crash-safe; a power cut may lose the tail
+        conn.execute(_SCHEMA)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def prepare_cache(path: Path | str | None = None) -> Path:
+    """Create the cache file and switch it to WAL once, in this process, before workers start."""
+    cache = EmbeddingCache(path)
+    cache.close()
+    return cache.path
 
 
 def text_key(text: str) -> bytes:
@@ -79,22 +107,29 @@ class EmbeddingCache:
     def _connect(self) -> sqlite3.Connection:
         if self._conn is not None and self._pid == os.getpid():
             return self._conn
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
-            )
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
-                raise sqlite3.OperationalError("the file system does not support WAL mode")
-            conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: crash-safe; a power cut may lose the tail
-            conn.execute(_SCHEMA)
-        except (sqlite3.DatabaseError, OSError) as exc:
-            raise DataError(
-                f"{self.path}: embedding cache cannot be opened ({exc}); delete it or set TROJANSCOPE_CACHE elsewhere"
-            ) from None
+        # Processes opening a new file at once race to create it and switch it to WAL; SQLite answers some
+        # of those steps with "database is locked" at once, without waiting on busy_timeout. Retry them.
+        deadline, delay = time.monotonic() + OPEN_RETRY_S, 0.02
+        while True:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = _open(self.path)
+                break
+            except sqlite3.OperationalError as exc:
+                if _is_lock(exc) and time.monotonic() < deadline:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+                    continue
+                raise self._open_error(exc) from None
+            except (sqlite3.DatabaseError, OSError) as exc:
+                raise self._open_error(exc) from None
         self._conn, self._pid = conn, os.getpid()
         return conn
+
+    def _open_error(self, exc: BaseException) -> DataError:
+        return DataError(
+            f"{self.path}: embedding cache cannot be opened ({exc}); delete it or set TROJANSCOPE_CACHE elsewhere"
+        )
 
     def close(self) -> None:
         """Close this process's connection (reopened on the next use)."""

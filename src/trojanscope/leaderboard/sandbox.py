@@ -14,7 +14,6 @@ It is not a container: the detector runs as the worker's user and can read whate
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import secrets
@@ -26,7 +25,7 @@ import time
 from pathlib import Path
 
 from trojanscope.fsutil import atomic_dir
-from trojanscope.models.layout import find_examples_dir, read_config, reduce_config
+from trojanscope.models.layout import write_detector_view
 
 NEUTRAL_PREFIX = "m-"
 
@@ -44,17 +43,8 @@ def materialise_models(model_map: list[list[str]], source: dict[str, Path], dest
     for neutral, real in model_map:
         final = dest / neutral
         if not (final / "model.pt").is_file():
-            src = source[real]
             with atomic_dir(final) as tmp:
-                shutil.copyfile(src / "model.pt", tmp / "model.pt")
-                (tmp / "config.json").write_text(json.dumps(reduce_config(read_config(src)), indent=2))
-                examples = find_examples_dir(src)
-                if examples is not None:
-                    target = tmp / "clean_example_data"
-                    target.mkdir()
-                    for f in sorted(examples.iterdir()):
-                        if f.is_file() and f.suffix == ".txt":
-                            shutil.copyfile(f, target / f.name)
+                write_detector_view(source[real], tmp)  # the harness's view too: examples of every modality
         out.append(final)
     return out
 

@@ -87,6 +87,36 @@ def reduce_config(config: dict[str, Any]) -> dict[str, Any]:
     return {k: config[k] for k in REDUCED_CONFIG_KEYS if k in config}
 
 
+CLEAN_EXAMPLES_NAME = "clean_example_data"
+
+
+def write_detector_view(model_dir: Path | str, dest: Path | str) -> dict[str, Any]:
+    """Write into ``dest`` what a detector may see of ``model_dir``; returns the reduced config.
+
+    ``dest`` gets ``model.pt``, the *reduced* ``config.json`` and ``clean_example_data/`` with every
+    example file of any modality (texts, images, their label files): never ground truth, METADATA,
+    statistics, logs, poisoned examples or the full config. Files are copied, not linked, so a
+    detector that writes to its inputs cannot damage the zoo. The one owner of this view: the
+    scoring harness's neutral copies and the leaderboard's sandbox both call it.
+    """
+    import json
+    import shutil
+
+    model_dir, dest = Path(model_dir), Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(model_dir / MODEL_FILE, dest / MODEL_FILE)
+    config = reduce_config(read_config(model_dir))
+    (dest / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+    examples = find_examples_dir(model_dir)
+    if examples is not None:
+        target = dest / CLEAN_EXAMPLES_NAME
+        target.mkdir()
+        for item in sorted(examples.iterdir()):
+            if item.is_file():
+                shutil.copyfile(item, target / item.name)
+    return config
+
+
 def read_metadata(zoo: Path | str) -> pd.DataFrame:
     """``METADATA.csv`` with TrojAI's ``True``/``TRUE`` booleans normalised to bool."""
     path = Path(zoo) / "METADATA.csv"

@@ -45,7 +45,8 @@ def worker_main(conn: Any, detector: str, params: str | None, env: dict[str, str
     """Load the detector once, then score ``ModelInputs`` fields sent over ``conn`` until told to stop.
 
     Replies: ``("ready", None)`` or ``("load_error", reason)`` once; then per model
-    ``("ok", probability, seconds)`` or ``("crash", reason, seconds)``.
+    ``("ok", probability, seconds, warnings)`` or ``("crash", reason, seconds, "")``, where ``warnings``
+    joins the detector's warnings for that model (e.g. out of its fit domain) with "; ".
     """
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)  # detector chatter goes to the worker log, not the harness's terminal
@@ -67,9 +68,12 @@ def worker_main(conn: Any, detector: str, params: str | None, env: dict[str, str
         if fields is None:
             return
         t0 = time.perf_counter()
+        note = ""
         try:
-            answer = det.score(ModelInputs(**fields)).probability
+            detection = det.score(ModelInputs(**fields))
+            answer = detection.probability
+            note = one_line("; ".join(getattr(detection, "warnings", None) or []))
             reply = ("ok", answer if isinstance(answer, (int, float)) else repr(answer))
         except BaseException as exc:  # noqa: BLE001 - a crash scores 0.5; the reason travels back
             reply = ("crash", f"{type(exc).__name__}: {one_line(exc)}")
-        conn.send((*reply, time.perf_counter() - t0))
+        conn.send((*reply, time.perf_counter() - t0, note))

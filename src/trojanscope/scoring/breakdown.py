@@ -97,7 +97,22 @@ def factor_table(scored: pd.DataFrame, metadata: pd.DataFrame) -> pd.DataFrame:
             if len(sub) < MIN_PER_LEVEL:
                 continue
             rows.append({"factor": label, "column": column, "level": lvl, **_metrics(sub)})
+    rows += _fit_domain_rows(frame)
     return pd.DataFrame(rows, columns=cols)
+
+
+OUT_OF_FIT = "out of fit"
+
+
+def _fit_domain_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Scores split by whether the detector said a model lay outside its parameters' fit ("seen" / "unseen")."""
+    if "reason" not in frame.columns:
+        return []
+    unseen = frame["reason"].fillna("").astype(str).str.startswith(OUT_OF_FIT)
+    if not unseen.any():
+        return []
+    return [{"factor": "fit domain", "column": "reason", "level": level, **_metrics(frame[mask])}
+            for level, mask in (("seen shape", ~unseen), ("unseen shape", unseen)) if mask.any()]
 
 
 def _sort_key(level: str) -> tuple[int, float | str]:

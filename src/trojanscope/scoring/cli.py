@@ -73,7 +73,8 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
                  "in-process (--detector), or any program through the TrojAI command line (--command, which gets "
                  "--model_filepath --result_filepath --scratch_dirpath --examples_dirpath [--tokenizer_filepath "
                  "--embedding_filepath --cls_token_is_first] appended and must write one number to the result "
-                 "file). Answers are appended to OUT/results.csv as they arrive: rerun the same command to resume. "
+                 "file). Answers are appended to OUT/results.csv as they arrive: rerun the same command to resume "
+                 "(models already answered are kept, failures included: add --retry-failed to re-run those). "
                  "Writes OUT/scores.json and OUT/run.json; `trojanscope report OUT` makes the HTML report.\n\n"
                  + _SCORES_HELP)
     def evaluate(
@@ -93,6 +94,10 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
                                                "process (RLIMIT_AS), in GiB."),
         seed: int = typer.Option(0, "--seed", help="Seed of the shuffled run order."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+        retry_failed: bool = typer.Option(False, "--retry-failed", help="Re-run the models an earlier run of OUT "
+                                          "recorded as failed (crash, timeout, bad answer) instead of keeping "
+                                          "their p = 0.5; for failures that were not the detector's (a full disk, "
+                                          "a killed machine). Leaderboard runs never retry."),
     ) -> None:
         from trojanscope.models.layout import list_model_dirs
         from trojanscope.scoring.harness import ResourceLimits
@@ -101,7 +106,8 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         models = list_model_dirs(zoo_dir)[:first] if first else None
         limits = ResourceLimits(memory_bytes=int(memory_gb * 2**30)) if memory_gb else None
         result = run_evaluate(zoo_dir, out, detector=detector, params=params, command=command, workers=workers,
-                              time_limit_s=time_limit, models=models, limits=limits, seed=seed, progress=progress)
+                              time_limit_s=time_limit, models=models, limits=limits, seed=seed, progress=progress,
+                              retry_failed=retry_failed)
         print_scores(result.scores, f"{detector or command} on {zoo_dir}")
         typer.echo(f"results: {out / 'results.csv'}   report: trojanscope report {out}")
         _require_scored(result.scores, str(zoo_dir))

@@ -10,6 +10,7 @@ was scored: ``run.json`` records each model file's sha256). At the end it writes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import random
@@ -50,13 +51,14 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
              command: str | Sequence[str] | None = None, workers: int = 1, time_limit_s: float = 600.0,
              models: Sequence[Path] | None = None, limits: ResourceLimits | None = None,
              env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
-             seed: int = 0, progress: bool = True) -> EvaluationResult:
+             seed: int = 0, progress: bool = True, retry_failed: bool = False) -> EvaluationResult:
     """Run a detector over ``zoo`` (or the subset ``models``) and score it; resumes an interrupted run.
 
     Exactly one of ``detector`` (a registered name, optionally with a ``params`` file) or
     ``command`` (a command line, split with :func:`shlex.split`, run once per model with the
     TrojAI arguments appended) must be given. A crash, timeout, missing, unparsable, NaN or
-    out-of-range answer scores p = 0.5 and is recorded with its reason.
+    out-of-range answer scores p = 0.5 and is recorded with its reason, and a rerun keeps it (TrojAI's
+    rule); ``retry_failed`` re-runs those models instead, for failures that were not the detector's.
     """
     zoo = Path(zoo)
     out = check_writable_dir(out)
@@ -84,6 +86,8 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
     stale = {n for n in names if n in log.rows and recorded.get(n, hashes[n]) != hashes[n]}
     if stale:
         log.drop(stale)
+    if retry_failed:  # the user says these failures were not the detector's: score those models again
+        log.drop({n for n in names if n in log.rows and log.rows[n].status != "ok"})
     todo = [Task(d.name, d) for d in model_dirs if d.name not in log.rows]
     random.Random(seed).shuffle(todo)
 
@@ -98,6 +102,7 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
     atomic_write_json(out / "run.json", run_info)  # written first so a resumed run can be checked against it
     t0 = time.perf_counter()
     if todo:
+        _prepare_embedding_cache(env)
         (out / "logs").mkdir(exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix="trojanscope-eval-"))
         bar = _progress_bar(len(names), len(names) - len(todo), detector or (argv or [""])[0], progress)
@@ -135,6 +140,18 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
                                          "wall_seconds_this_session": round(wall, 3),
                                          "models_run_this_session": len(todo)})
     return EvaluationResult(out=out, results=results, scores=scores)
+
+
+def _prepare_embedding_cache(env: Mapping[str, str] | None) -> None:
+    """Create the detectors' embedding cache once, here, so parallel workers never race to create it.
+
+    A cache that cannot be created is left for the detector to report (image detectors never open it)."""
+    from trojanscope.encoders import prepare_cache
+    from trojanscope.errors import TrojanscopeError
+
+    root = (env or {}).get("TROJANSCOPE_CACHE") or os.environ.get("TROJANSCOPE_CACHE")
+    with contextlib.suppress(TrojanscopeError, OSError):
+        prepare_cache(Path(root).expanduser() / "embeddings.sqlite" if root else None)
 
 
 def scores_for(results: pd.DataFrame) -> dict[str, Any]:

@@ -1,24 +1,22 @@
 """Neutral copies: what a detector is shown of one model, with nothing that leaks its identity.
 
-Each model is copied to ``<scratch>/<random token>/`` holding only ``model.pt``,
-``clean_example_data/`` and the *reduced* ``config.json``; never ``ground_truth.csv``,
-METADATA, stats, logs, poisoned examples or the full config. The token is drawn from
-:mod:`secrets`, so neither the model id nor the run order can be read from the path. Files are
-copied, not linked, so a detector that writes to its inputs cannot damage the zoo.
+Each model is copied to ``<scratch>/<random token>/model/`` by
+:func:`trojanscope.models.layout.write_detector_view` (``model.pt``, ``clean_example_data/`` and the
+*reduced* ``config.json`` only). The token is drawn from :mod:`secrets`, so neither the model id nor
+the run order can be read from the path.
 """
 
 from __future__ import annotations
 
-import json
 import secrets
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trojanscope.models.layout import MODEL_FILE, find_examples_dir, read_config, reduce_config
+from trojanscope.models.layout import CLEAN_EXAMPLES_NAME, MODEL_FILE, write_detector_view
 
-EXAMPLES_NAME = "clean_example_data"
+EXAMPLES_NAME = CLEAN_EXAMPLES_NAME
 
 
 @dataclass
@@ -45,21 +43,12 @@ def make_neutral_copy(model_dir: Path, scratch_root: Path) -> NeutralCopy:
     """Copy the detector-visible part of ``model_dir`` under a fresh random folder in ``scratch_root``."""
     root = scratch_root / secrets.token_hex(8)
     model_root = root / "model"
-    model_root.mkdir(parents=True)
-    shutil.copyfile(model_dir / MODEL_FILE, model_root / MODEL_FILE)
-    examples = find_examples_dir(model_dir)
-    examples_copy: Path | None = None
-    if examples is not None:
-        examples_copy = model_root / EXAMPLES_NAME
-        examples_copy.mkdir()
-        for item in examples.iterdir():
-            if item.is_file():
-                shutil.copyfile(item, examples_copy / item.name)
-    config = reduce_config(read_config(model_dir))
-    (model_root / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+    config = write_detector_view(model_dir, model_root)
+    examples_copy = model_root / EXAMPLES_NAME
     scratch = root / "scratch"
     scratch.mkdir()
-    return NeutralCopy(root=root, model_filepath=model_root / MODEL_FILE, examples_dirpath=examples_copy,
+    return NeutralCopy(root=root, model_filepath=model_root / MODEL_FILE,
+                       examples_dirpath=examples_copy if examples_copy.is_dir() else None,
                        scratch_dirpath=scratch, result_filepath=root / "result.txt", config=config)
 
 

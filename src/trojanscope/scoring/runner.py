@@ -179,9 +179,10 @@ class InProcessRunner:
         w.job = None
         copy.cleanup()
         if msg is not None:
-            kind, value, seconds = msg
+            kind, value, seconds, note = msg
             if kind == "ok":
                 p, status, reason = check_probability(value)
+                reason = reason or note  # an accepted answer keeps the detector's warning (e.g. out of fit)
             else:
                 p, status, reason = DEFAULT_P, "crash", value
             on_outcome(Outcome(task.name, p, status, reason, seconds))

@@ -1,0 +1,68 @@
+"""What a detector's parameters were fitted on, and whether a model lies outside it.
+
+A learned detector's numbers mean something only for models like the ones it was fitted on: weight
+statistics scale with a head's width and depth, and a 3-class head is not a 2-class one. ``fit``
+records the *domain* of its training models (modality, class counts, architectures, head shapes) in the
+parameter file's ``trained_on.domain``; ``score`` compares each model with it and attaches one warning
+per difference to the answer. The answer itself is unchanged: an auditor gets the number and is told
+it is an extrapolation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from trojanscope.detectors.base import ModelInputs
+
+
+def model_domain(inputs: ModelInputs) -> dict[str, Any]:
+    """modality, n_classes, architecture and shape signature of one model (read safely, no code runs)."""
+    from trojanscope.detectors.image_context import is_image_model
+    from trojanscope.models.loading import model_info
+
+    info = model_info(inputs.model_filepath)
+    arch = info["architecture"]
+    if is_image_model(inputs):
+        shape = f"{arch} input {info['input_size']}"
+    elif arch in ("Linear",):
+        shape = arch
+    else:
+        direction = "bidirectional" if info.get("bidirectional") else "unidirectional"
+        shape = f"{arch} hidden {info['hidden_size']} layers {info['n_layers']} {direction}"
+    return {"modality": "image" if is_image_model(inputs) else "text", "n_classes": int(info["output_size"]),
+            "architecture": arch, "shape": shape}
+
+
+def summarize(domains: Iterable[dict[str, Any]]) -> dict[str, list]:
+    """The fit domain of a training set: every value seen, per key."""
+    out: dict[str, set] = {"modality": set(), "n_classes": set(), "architecture": set(), "shape": set()}
+    for d in domains:
+        for key in out:
+            out[key].add(d[key])
+    return {key: sorted(values) for key, values in out.items()}
+
+
+def out_of_fit(fitted: dict[str, Any] | None, inputs: ModelInputs) -> list[str]:
+    """One line per way ``inputs``' model differs from the fit domain ([] when inside it or when unknown)."""
+    if not fitted:
+        return []
+    try:
+        here = model_domain(inputs)
+    except Exception:  # noqa: BLE001 - an unreadable model fails in the detector itself, with its own message
+        return []
+    words = {"modality": "modality", "n_classes": "classes", "architecture": "architecture", "shape": "head shape"}
+    notes = []
+    for key, word in words.items():
+        seen = fitted.get(key)
+        if seen and here[key] not in seen:
+            notes.append(f"{word} {here[key]} not in the fit ({', '.join(map(str, seen))})")
+    return notes
+
+
+def describe(fitted: dict[str, Any] | None) -> str:
+    """One line for listings: what a parameter file was fitted on."""
+    if not fitted:
+        return "fit domain not recorded"
+    classes = "/".join(map(str, fitted.get("n_classes", [])))
+    return f"{classes}-class {'/'.join(fitted.get('modality', []))} models: {'; '.join(fitted.get('shape', []))}"

@@ -1,0 +1,87 @@
+"""Answers on models outside what a detector's parameters were fitted on carry a warning, everywhere."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+import torch
+
+from trojanscope.detectors import load_detector
+from trojanscope.detectors.learned import MetaDetector
+from trojanscope.models.architectures import HeadSpec
+from trojanscope.models.layout import list_model_dirs
+from trojanscope.models.store import save_head
+
+
+@pytest.fixture(scope="module")
+def weights_params(strong_zoo, tmp_path_factory):
+    from trojanscope.detectors.runner import fit_on_zoo
+
+    path = tmp_path_factory.mktemp("params") / "weights.json"
+    fit_on_zoo(strong_zoo, "weights", path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def mixed_zoo(strong_zoo, tmp_path_factory):
+    """The tiny zoo plus one 3-class unidirectional 1-layer GRU head (a shape and class count never fitted)."""
+    root = tmp_path_factory.mktemp("mixed") / "zoo"
+    shutil.copytree(strong_zoo, root)
+    odd = root / "models" / "id-00000099"
+    shutil.copytree(list_model_dirs(root)[0], odd)
+    torch.manual_seed(0)
+    spec = HeadSpec("GruLinear", input_size=384, output_size=3, hidden_size=64, n_layers=1, bidirectional=False)
+    save_head(spec.build(), spec, odd / "model.pt")
+    cfg = json.loads((odd / "config.json").read_text())
+    cfg.update(number_classes=3, model_architecture="GruLinear")
+    (odd / "config.json").write_text(json.dumps(cfg))
+    return root
+
+
+def test_fit_records_its_domain(weights_params):
+    domain = json.loads(weights_params.read_text())["trained_on"]["domain"]
+    assert domain["n_classes"] == [2] and domain["modality"] == ["text"]
+    assert set(domain["architecture"]) <= {"GruLinear", "LstmLinear"}
+    assert all("hidden 256 layers 2 bidirectional" in s for s in domain["shape"])
+
+
+def test_shipped_parameters_say_what_they_were_fitted_on():
+    for name in ("default", "image-default"):
+        det = load_detector(name)
+        assert isinstance(det, MetaDetector)
+        assert det.trained_on_["domain"]["n_classes"], name
+
+
+def test_contract_warns_in_one_line_per_difference_and_still_answers(weights_params, mixed_zoo, tmp_path, capsys):
+    from trojanscope.detectors.runner import run_contract
+
+    odd = mixed_zoo / "models" / "id-00000099"
+    p = run_contract(odd / "model.pt", tmp_path / "r.txt", examples_dirpath=odd / "clean_example_data",
+                     detector="weights", params=weights_params)
+    assert 0 <= p <= 1 and (tmp_path / "r.txt").is_file()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert any("out of fit: classes 3 not in the fit (2)" in line for line in err), err
+    assert any("head shape GruLinear hidden 64 layers 1 unidirectional" in line for line in err), err
+    assert all(line.startswith("warning: ") for line in err)
+    inside = list_model_dirs(mixed_zoo)[0]
+    run_contract(inside / "model.pt", tmp_path / "r2.txt", examples_dirpath=inside / "clean_example_data",
+                 detector="weights", params=weights_params)
+    assert capsys.readouterr().err == ""
+
+
+def test_results_flag_and_report_split_seen_and_unseen(weights_params, mixed_zoo, tmp_path):
+    from trojanscope.scoring.harness import evaluate
+    from trojanscope.scoring.report import write_report
+
+    res = evaluate(mixed_zoo, tmp_path / "run", detector="weights", params=weights_params, progress=False)
+    row = res.results.set_index("model_name").loc["id-00000099"]
+    assert row["status"] == "ok" and row["reason"].startswith("out of fit: ")
+    assert (res.results.drop(columns="ground_truth").set_index("model_name").drop("id-00000099")["reason"]
+            .fillna("") == "").all()
+    write_report(tmp_path / "run")
+    table = pd.read_csv(tmp_path / "run" / "breakdown.csv")
+    split = table[table["factor"] == "fit domain"].set_index("level")["n"].to_dict()
+    assert split == {"seen shape": 4, "unseen shape": 1}
