@@ -20,9 +20,32 @@ def zoos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "holdout": make_zoo(root / "holdout", 2, seed=3, reduced=True)}
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests marked ``both_backends`` run on SQLite and on a real PostgreSQL server; the rest on SQLite."""
+    if "db_backend" in metafunc.fixturenames:
+        both = metafunc.definition.get_closest_marker("both_backends") is not None
+        metafunc.parametrize("db_backend", ["sqlite", "postgresql"] if both else ["sqlite"])
+
+
+@pytest.fixture(scope="session")
+def postgres_server():  # type: ignore[no-untyped-def]
+    from .postgres import PostgresServer
+
+    server = PostgresServer()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return Settings(db_url=f"sqlite:///{tmp_path / 'lb.db'}", data_dir=tmp_path / "data", admin_token=ADMIN,
+def db_url(db_backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if db_backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'lb.db'}"
+    return request.getfixturevalue("postgres_server").new_database()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, db_url: str) -> Settings:
+    return Settings(db_url=db_url, data_dir=tmp_path / "data", admin_token=ADMIN,
                     lease_s=30, heartbeat_s=0.5, poll_s=0.1, rate_limit_count=4, max_upload_bytes=300_000)
 
 

@@ -12,6 +12,8 @@ from trojanscope.leaderboard.db import SCHEMA_VERSION, Job, SchemaVersion, Submi
 
 from .helpers import ADMIN, admin, round_body, submission_bytes, upload
 
+pytestmark = pytest.mark.both_backends  # SQLite and a real PostgreSQL server
+
 
 def _stored(client) -> tuple[int, int, list[str]]:  # type: ignore[no-untyped-def]
     """(submissions, jobs, folders under data/submissions) as they are now."""

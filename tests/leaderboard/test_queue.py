@@ -5,12 +5,15 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from sqlalchemy import select
 
 from trojanscope.leaderboard.db import Job, Submission
 from trojanscope.leaderboard.worker import Worker
 
 from .helpers import admin, submission_bytes, upload
+
+pytestmark = pytest.mark.both_backends  # SQLite and a real PostgreSQL server
 
 
 def _job(client, sub_id: int, stage: str) -> Job:  # type: ignore[no-untyped-def]

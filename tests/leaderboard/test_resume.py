@@ -18,6 +18,8 @@ from trojanscope.leaderboard.worker import Worker
 
 from .helpers import submission_bytes, upload
 
+pytestmark = pytest.mark.both_backends  # SQLite and a real PostgreSQL server
+
 pytest.importorskip("trojanscope.scoring.harness", reason="the scoring harness has not landed yet")
 
 

@@ -21,7 +21,11 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         count: int = typer.Option(..., help="Number of models; about the preset's poisoned_fraction are trojaned."),
         out: Path = typer.Option(..., help="Zoo folder. Re-running the same command resumes it."),
         workers: int = typer.Option(1, help="Models built in parallel (processes). 2 on a 2-core machine."),
-        executor: str = typer.Option("local", help="local (processes), serial, or ray."),
+        executor: str = typer.Option("local", help="local (processes), serial, or ray (pip install "
+                                     "'trojanscope[ray]'; see docs/cluster.md)."),
+        ray_address: str = typer.Option(None, "--ray-address", envvar="RAY_ADDRESS", help="With --executor ray: "
+                                        "an existing cluster's head (host:port or ray://host:port); default: start "
+                                        "a fresh local cluster with --workers CPUs."),
         data_root: Path = typer.Option(None, help="Corpora folder; default $TROJANSCOPE_DATA."),
         cache: Path = typer.Option(None, help="Embedding cache (SQLite) file; default $TROJANSCOPE_CACHE."),
         quiet: bool = typer.Option(False, help="No progress bar or summary."),
@@ -36,8 +40,13 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
             trojanscope zoo make --preset round5-cpu --split train --count 8 --out zoo/r5-train --workers 2
             trojanscope zoo make --preset round1-cpu --split test --count 4 --out zoo/r1-test --workers 2
         """
+        import os
+
         from trojanscope.rounds.summary import print_summary
         from trojanscope.rounds.zoo import make_zoo
+
+        if ray_address:
+            os.environ["RAY_ADDRESS"] = ray_address
 
         result = make_zoo(
             preset,

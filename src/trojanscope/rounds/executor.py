@@ -69,34 +69,101 @@ class ProcessExecutor:
                     yield fut.result()
 
 
-class RayExecutor:
-    """Runs builds as Ray tasks (``pip install trojanscope[ray]``; connect with RAY_ADDRESS)."""
+_RAY_READY: set[str] = set()  # per Ray worker process: the init tokens already run there
 
-    def __init__(self, workers: int, init: Callable[..., None] | None = None, init_args: tuple = ()) -> None:
+
+def _ray_task(fn: Callable[[Any], Any], init: Callable[..., None] | None, init_args: tuple, token: str,
+              item: Any) -> Any:
+    if init is not None and token not in _RAY_READY:  # once per worker process, as the local pool does
+        init(*init_args)
+        _RAY_READY.add(token)
+    return fn(item)
+
+
+def _check_reachable(address: str) -> None:
+    """Fail in seconds, not minutes, when nothing listens at ``host:port`` (Ray itself retries for ~10 min)."""
+    import socket
+
+    from trojanscope.errors import ConfigError
+
+    hostport = address.split("://", 1)[-1].rsplit("/", 1)[0]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"RAY_ADDRESS={address!r} is not host:port (or ray://host:port, or 'auto'); "
+                          "set it to the head node's address, e.g. 127.0.0.1:6379")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise ConfigError(f"RAY_ADDRESS={address}: no Ray cluster answers there ({exc.strerror or exc}); start one "
+                          "with `ray start --head`, fix the address, or unset RAY_ADDRESS to use a fresh local "
+                          "cluster") from None
+
+
+class RayExecutor:
+    """Runs builds as Ray tasks (``pip install 'trojanscope[ray]'``).
+
+    ``address`` (or ``RAY_ADDRESS``) names an existing cluster; without one a fresh local cluster with
+    ``workers`` CPUs is started (``address="local"``: never a stale cluster left in the temp folder by an
+    earlier run) and shut down at the end. At most ``workers`` tasks are in flight, as with the local
+    pool. ``init(*init_args)`` runs once per Ray worker process; ``init_args`` go through the object store
+    once. A task whose worker process dies is retried by Ray (``max_retries``); builders write each model
+    atomically, so a retried model appears exactly once.
+    """
+
+    max_retries = 3
+
+    def __init__(self, workers: int, init: Callable[..., None] | None = None, init_args: tuple = (),
+                 address: str | None = None) -> None:
+        import os
+        import uuid
+
+        from trojanscope.errors import ConfigError
+
         try:
             import ray
         except ImportError:
-            from trojanscope.errors import ConfigError
-
             raise ConfigError("--executor ray needs Ray: pip install 'trojanscope[ray]'") from None
-        self.ray = ray
-        ray.init(ignore_reinit_error=True)
-        self.init, self.init_args = init, init_args
+        self.ray, self.workers = ray, workers
+        self.init, self.init_args, self.token = init, init_args, uuid.uuid4().hex
+        address = address or os.environ.get("RAY_ADDRESS") or None
+        self.started = False
+        if not ray.is_initialized():
+            if address and address not in ("local", "auto"):
+                _check_reachable(address)
+            try:
+                if address and address != "local":
+                    ray.init(address=address, log_to_driver=False)
+                else:
+                    ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False)
+                    self.started = True
+            except Exception as exc:  # version mismatch, auth, a head that refuses us: one line
+                first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+                where = f"RAY_ADDRESS={address}" if address else "a local Ray cluster"
+                raise ConfigError(f"{where}: Ray could not start or connect ({first}); check that driver and "
+                                  "cluster run the same Ray and Python versions, or unset RAY_ADDRESS") from None
 
     def run(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
         ray = self.ray
-        init, init_args = self.init, self.init_args
+        task = ray.remote(max_retries=self.max_retries)(_ray_task)
+        args_ref = ray.put(self.init_args)
+        todo = iter(items)
+        pending: list[Any] = []
+        try:
+            while True:
+                while len(pending) < self.workers and (item := next(todo, _DONE)) is not _DONE:
+                    pending.append(task.remote(fn, self.init, args_ref, self.token, item))
+                if not pending:
+                    return
+                done, pending = ray.wait(pending, num_returns=1)
+                yield ray.get(done[0])
+        finally:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            if self.started:
+                ray.shutdown()
 
-        @ray.remote
-        def task(item: Any) -> Any:
-            if init is not None:
-                init(*init_args)
-            return fn(item)
 
-        pending = [task.remote(item) for item in items]
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(done[0])
+_DONE = object()
 
 
 EXECUTORS: Registry[type] = Registry("executor")
