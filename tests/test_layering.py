@@ -1,4 +1,4 @@
-"""Imports point one way: data -> encoders -> models -> triggers -> rounds -> detectors -> scoring -> leaderboard."""
+"""Imports point one way: data -> encoders -> models -> triggers -> rounds -> detectors -> scoring -> dynamic -> leaderboard."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "trojanscope"
-LAYERS = ["data", "encoders", "models", "triggers", "rounds", "detectors", "scoring", "leaderboard"]
+LAYERS = ["data", "encoders", "models", "triggers", "rounds", "detectors", "scoring", "dynamic", "leaderboard"]
 
 
 def _imports(path: Path) -> set[str]:
