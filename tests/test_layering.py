@@ -1,4 +1,5 @@
-"""Imports point one way: data -> encoders -> models -> triggers -> rounds -> detectors -> scoring -> dynamic -> leaderboard."""
+"""Imports point one way: data -> encoders -> models -> triggers -> rounds -> detectors -> scoring -> dynamic
+-> leaderboard."""
 
 from __future__ import annotations
 

@@ -39,12 +39,12 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
                       parent=parent, threshold=threshold, workers=workers, data_root=data_root, cache_path=cache,
                       progress=not quiet)
         lin = res.lineage
+        cand, kept = lin["detector_on_candidates"], lin["detector_on_round"]
         typer.echo(
             f"{res.out}: kept {lin['kept']} of {lin['candidates']} candidates ({lin['validated']} validated); "
             f"{lin['fooled']} fooled {detector} (yield {lin['harvest_yield']:.2f}); {detector} on the candidates "
-            f"CE {lin['detector_on_candidates']['cross_entropy']:.3f} / AUC {lin['detector_on_candidates']['roc_auc']:.3f}, "
-            f"on the kept round CE {lin['detector_on_round']['cross_entropy']:.3f} / "
-            f"AUC {lin['detector_on_round']['roc_auc']:.3f}"
+            f"CE {cand['cross_entropy']:.3f} / AUC {cand['roc_auc']:.3f}, "
+            f"on the kept round CE {kept['cross_entropy']:.3f} / AUC {kept['roc_auc']:.3f}"
         )
 
     @zoo.command("lineage")

@@ -187,7 +187,8 @@ def _ce_auc(y: pd.Series, p: pd.Series) -> dict[str, float]:
     from trojanscope.scoring.metrics import cross_entropy_loss, roc_auc_score
 
     y, p = y.astype(int).to_numpy(), p.astype(float).to_numpy()
-    return {"n": int(len(y)), "cross_entropy": round(cross_entropy_loss(y, p), 4), "roc_auc": round(roc_auc_score(y, p), 4)}
+    return {"n": int(len(y)), "cross_entropy": round(cross_entropy_loss(y, p), 4),
+            "roc_auc": round(roc_auc_score(y, p), 4)}
 
 
 def _copy_model(src: Path, dst: Path, row: pd.Series, lineage: dict[str, Any]) -> None:
