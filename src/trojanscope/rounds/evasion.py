@@ -34,12 +34,24 @@ from trojanscope.rounds.preset import EvasionSpec
 Regulariser = Callable[[nn.Module], torch.Tensor]
 
 
-def tensor_stats(p: torch.Tensor) -> torch.Tensor:
-    """Norm, mean, std and (for a matrix) top singular value of one parameter tensor, differentiable."""
+def tensor_stats(p: torch.Tensor, u: torch.Tensor | None = None) -> torch.Tensor:
+    """Norm, mean, std and (for a matrix) top singular value of one parameter tensor, differentiable.
+
+    With ``u`` (a unit vector of the matrix's row space, updated in place) the singular value comes from
+    one power-iteration step, as in ``torch.nn.utils.spectral_norm``: a full SVD per training step costs
+    more than the step itself.
+    """
     flat = p.reshape(-1)
     parts = [flat.norm(), flat.mean(), flat.std() if flat.numel() > 1 else flat.new_zeros(())]
     if p.ndim >= 2:
-        parts.append(torch.linalg.matrix_norm(p.reshape(p.shape[0], -1), ord=2))
+        w = p.reshape(p.shape[0], -1)
+        if u is None:
+            parts.append(torch.linalg.matrix_norm(w, ord=2))
+        else:
+            with torch.no_grad():
+                v = F.normalize(w.t() @ u, dim=0)
+                u.copy_(F.normalize(w @ v, dim=0))
+            parts.append(u @ w @ v)
     return torch.stack(parts)
 
 
@@ -56,6 +68,9 @@ def regulariser(
     with torch.no_grad():
         reference.eval()
         ref_stats = [tensor_stats(p) for p in ref_params]
+        # power-iteration state per matrix, started at the reference's top left singular vector
+        vecs = [torch.linalg.svd(p.reshape(p.shape[0], -1), full_matrices=False)[0][:, 0].clone() if p.ndim >= 2
+                else None for p in ref_params]
         ref_prob = torch.cat([F.softmax(reference(x_clean[i : i + 1024]), 1) for i in range(0, len(x_clean), 1024)])
 
     def term(model: nn.Module) -> torch.Tensor:
@@ -66,8 +81,8 @@ def regulariser(
             total = total + spec.param_l2 * sq / n_params
         if spec.weight_stats:
             gaps = [
-                (((tensor_stats(p) - s) / (s.abs() + 1e-3)) ** 2).mean()
-                for p, s in zip(params, ref_stats, strict=True)
+                (((tensor_stats(p, u) - s) / (s.abs() + 1e-3)) ** 2).mean()
+                for p, s, u in zip(params, ref_stats, vecs, strict=True)
             ]
             total = total + spec.weight_stats * torch.stack(gaps).mean()
         if spec.output_match and len(x_clean):
