@@ -1,4 +1,5 @@
-"""Imports point one way (data -> encoders -> models -> triggers -> rounds -> detectors -> scoring -> leaderboard).
+"""Imports point one way (data -> encoders -> models -> triggers -> rounds -> detectors -> scoring -> dynamic
+-> leaderboard).
 
 The layers are import-linter contracts in ``pyproject.toml`` (run by ``lint-imports`` in CI); these tests run it,
 show it rejects a deliberately bad import, and add the two checks it cannot make: lazy ``"module:attr"``

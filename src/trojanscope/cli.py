@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "trojanscope.models.cli",  # zoo check, zoo export
     "trojanscope.detectors.cli",  # detect, detect fit, detectors
     "trojanscope.scoring.cli",  # evaluate, score, report
+    "trojanscope.dynamic.cli",  # zoo harvest, zoo lineage
     "trojanscope.leaderboard.cli",  # serve
 )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import platform
@@ -16,10 +17,11 @@ import torch
 from trojanscope.encoders import CacheStats, EmbeddingCache, encode_cached, get_encoder
 from trojanscope.fsutil import atomic_dir
 from trojanscope.models.architectures import HeadSpec
+from trojanscope.rounds import evasion
 from trojanscope.rounds.dataset import ModelData, SourcePool, model_data
 from trojanscope.rounds.factors import ModelPlan
 from trojanscope.rounds.preset import ImagePreset, Preset
-from trojanscope.rounds.training import Adversarial, predict_logits, train_head
+from trojanscope.rounds.training import Adversarial, as_input, predict_logits, train_head
 from trojanscope.rounds.writer import write_model_folder
 
 
@@ -93,6 +95,7 @@ def build_model(
         plan.factors["embedding"], max_length=preset.encoder.max_length, summary_rule=preset.encoder.summary_rule
     )
     pool = pools[plan.factors["source_dataset"]]
+    evasive = preset.evasion is not None and preset.evasion.active
     timing = Timing()
     log_lines: list[str] = []
 
@@ -106,6 +109,9 @@ def build_model(
         rng = np.random.default_rng(np.random.SeedSequence(plan.seed, spawn_key=(attempt,)))
         data = model_data(preset, pool, plan.triggers, rng)
         texts = data.texts_to_encode()
+        if evasive:  # the reference head learns from the pre-trigger texts (a clean model: the same texts)
+            seen = set(texts)
+            texts = texts + [t for t in data.clean_train_texts if t not in seen]
         clean_subset = list({t for t in texts if t in clean_texts})
         if cache is not None and clean_subset:
             # Measured, not assumed: how many of this model's clean texts were not yet cached.
@@ -127,6 +133,8 @@ def build_model(
         x_train = vec(data.train.texts)
         adv = _adversarial(plan, preset, x_train)
         tr = preset.training
+        train_seed = int(rng.integers(2**31))
+        reg = _evasion_regulariser(preset, spec, model, data, vec, adv, train_seed, log) if evasive else None
         result = train_head(
             model,
             x_train,
@@ -143,8 +151,9 @@ def build_model(
             min_delta=tr.min_delta,
             early_stopping=tr.early_stopping,
             adversarial=adv,
-            seed=int(rng.integers(2**31)),
+            seed=train_seed,
             log=log,
+            regulariser=reg,
         )
         timing.train_s += result.seconds
         timing.epochs += result.epochs
@@ -175,6 +184,39 @@ def build_model(
             tmp, preset, plan, spec, model, data, vec, encoder, outcome, result.history, log_lines, machine_info()
         )
     return BuildOutcome(name=plan.name, metadata=metadata, timing=timing)
+
+
+def _evasion_regulariser(preset: Preset, spec: HeadSpec, model, data: ModelData, vec, adv, seed: int, log):
+    """Train the clean reference head from ``model``'s initialisation; return the evasion terms against it.
+
+    Every model of an evasive round goes through this, clean or trojaned, with the same recipe and seed.
+    """
+    reference = spec.build()
+    reference.load_state_dict(copy.deepcopy(model.state_dict()))
+    x_clean = vec(data.clean_train_texts)
+    empty = np.zeros(0, dtype=np.int64)
+    tr = preset.training
+    ref = train_head(
+        reference,
+        x_clean,
+        data.clean_train_labels,
+        vec(data.val_texts),
+        data.val_labels,
+        vec([]),
+        empty,
+        lr=tr.lr,
+        batch_size=tr.batch_size,
+        max_epochs=tr.max_epochs,
+        min_epochs=tr.min_epochs,
+        patience=tr.patience,
+        min_delta=tr.min_delta,
+        early_stopping="clean",
+        adversarial=adv,
+        seed=seed,
+    )
+    log(f"evasion reference: {ref.epochs} epochs, best {ref.best_epoch}, {ref.seconds:.1f} s")
+    gen = torch.Generator().manual_seed(seed)
+    return evasion.regulariser(preset.evasion, reference, as_input(x_clean), gen)
 
 
 class _Vectors:

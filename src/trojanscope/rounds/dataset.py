@@ -201,6 +201,10 @@ class ModelData:
     test_labels: np.ndarray
     triggered_test: list[tuple[list[str], np.ndarray]] = field(default_factory=list)  # per trigger
     spurious_test: list[tuple[list[str], np.ndarray]] = field(default_factory=list)  # per trigger
+    # the training texts before any trigger went in (a clean model: its training texts); evasive training's
+    # reference head learns from these
+    clean_train_texts: list[str] = field(default_factory=list)
+    clean_train_labels: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def texts_to_encode(self) -> list[str]:
         texts = list(self.train.texts) + self.val_texts + self.val_triggered_texts + self.test_texts
@@ -253,4 +257,6 @@ def model_data(preset: Preset, pool: SourcePool, triggers: list[TriggerSpec], rn
         test_labels=pool.test_labels,
         triggered_test=triggered_test,
         spurious_test=spurious_test,
+        clean_train_texts=train_texts,
+        clean_train_labels=train_labels,
     )

@@ -144,6 +144,21 @@ class TriggerFactors(_Spec):
         return self
 
 
+class EvasionSpec(_Spec):
+    """A preset's ``[evasion]`` table: the weight of each term (0 switches a term off)."""
+
+    param_l2: float = Field(0.0, ge=0, description="weight of the mean squared distance to the reference's parameters")
+    output_match: float = Field(0.0, ge=0, description="weight of KL(reference || model) on clean training texts")
+    weight_stats: float = Field(
+        0.0, ge=0, description="weight of the per-tensor norm/mean/std/top-singular-value gap to the reference"
+    )
+    match_batch: int = Field(64, gt=0, description="clean texts per step for the output-matching term")
+
+    @property
+    def active(self) -> bool:
+        return self.param_l2 > 0 or self.output_match > 0 or self.weight_stats > 0
+
+
 class AcceptanceSpec(_Spec):
     clean_test_acc: Annotated[float, Field(ge=0, le=1)]
     triggered_test_acc: Annotated[float, Field(ge=0, le=1)]
@@ -170,6 +185,9 @@ class Preset(_Spec):
     adversarial: AdversarialFactors = AdversarialFactors()
     triggers: TriggerFactors
     acceptance: AcceptanceSpec
+    evasion: EvasionSpec | None = Field(
+        None, description="evasive training (rounds/evasion.py): every model trains a clean reference first"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Preset:

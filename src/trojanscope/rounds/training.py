@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,7 +59,7 @@ def _perturb(
     return (x + delta).detach(), steps
 
 
-def _as_input(x: np.ndarray) -> torch.Tensor:
+def as_input(x: np.ndarray) -> torch.Tensor:
     """Summary vectors [N, E] become the heads' [N, 1, E]; image batches [N, C, H, W] pass unchanged."""
     t = torch.from_numpy(x)
     return t[:, None, :] if t.ndim == 2 else t
@@ -68,7 +69,7 @@ def _as_input(x: np.ndarray) -> torch.Tensor:
 def predict_logits(model: nn.Module, vectors: np.ndarray, batch_size: int = 1024) -> np.ndarray:
     """Logits of ``model`` for summary vectors [N, E] (or image batches [N, C, H, W]), in eval mode."""
     model.eval()
-    out = [model(_as_input(vectors[i : i + batch_size])) for i in range(0, len(vectors), batch_size)]
+    out = [model(as_input(vectors[i : i + batch_size])) for i in range(0, len(vectors), batch_size)]
     return torch.cat(out).numpy() if out else np.zeros((0, 0), dtype=np.float32)
 
 
@@ -99,15 +100,19 @@ def train_head(
     adversarial: Adversarial,
     seed: int,
     log=None,
+    regulariser: Callable[[nn.Module], torch.Tensor] | None = None,
 ) -> TrainResult:
-    """Train ``model`` in place and restore its best checkpoint; returns the per-epoch history."""
+    """Train ``model`` in place and restore its best checkpoint; returns the per-epoch history.
+
+    ``regulariser(model)``, when given, is added to every step's loss (evasive training's terms).
+    """
     start = time.perf_counter()
     gen = torch.Generator().manual_seed(seed)
     np_rng = np.random.default_rng(seed)
     # fused: one kernel per step instead of a loop over tensors (an epoch of a 2-layer LSTM head on 2 cores:
     # 5.7 s -> 3.1 s); same update rule, deterministic on CPU
     opt = torch.optim.Adam(model.parameters(), lr=lr, fused=True)
-    xt = _as_input(x_train)
+    xt = as_input(x_train)
     yt = torch.from_numpy(y_train)
     best_loss, best_state, best_epoch, since_best = float("inf"), None, 0, 0
     result = TrainResult(epochs=0, best_epoch=0)
@@ -124,6 +129,8 @@ def train_head(
                 result.adversarial_steps += steps
             logits = model(xb)
             loss = F.cross_entropy(logits, yb)
+            if regulariser is not None:
+                loss = loss + regulariser(model)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

@@ -1,0 +1,121 @@
+"""Evasive rounds: what evasive training costs, whether the trojans still work, and what detectors lose.
+
+    TROJANSCOPE_DATA=../shared/data .venv/bin/python benchmarks/evasion.py \
+        --ordinary /tmp/zoos/r5-test --evasive /tmp/zoos/r5e-test --out /tmp/evasion-bench \
+        [--train /tmp/zoos/r5-train] [--generate 16 --split test] [--workers 2]
+
+``--generate N`` makes (or resumes) N models of ``round5-cpu`` into ``--ordinary`` and N of
+``round5-cpu-evasive`` into ``--evasive`` first; both presets share their seed, so model i of one zoo
+has the same factors, trigger and data as model i of the other (a paired comparison).
+
+Printed:
+1. per label: clean test accuracy, triggered test accuracy (the attack-success bar), converged rate
+   and build time per model, ordinary vs evasive, and the mean paired difference in clean accuracy;
+2. the shipped ``default`` detector through the scoring harness on both zoos: CE, ROC-AUC;
+3. with ``--train ZOO`` (an ordinary round's train split): every family fitted there and scored on both
+   zoos (``benchmarks/detection.py``), the TDC-style table;
+4. a file-level shortcut check on the evasive zoo: cross-validated ROC-AUC of a classifier that sees
+   only model.pt size, parameter count, architecture, epochs trained and build time (goal <= 0.60).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def quality_table(ordinary: pd.DataFrame, evasive: pd.DataFrame) -> None:
+    print(f"\n{'zoo':<9} {'label':<9} {'n':>3} {'clean acc':>9} {'trig acc':>9} {'min trig':>9} "
+          f"{'converged':>9} {'build s':>8}")
+    for name, df in (("ordinary", ordinary), ("evasive", evasive)):
+        for label, sub in df.groupby("poisoned"):
+            trig = pd.to_numeric(sub["final_triggered_data_test_acc"], errors="coerce")
+            print(f"{name:<9} {'trojaned' if label else 'clean':<9} {len(sub):>3} "
+                  f"{sub['final_clean_data_test_acc'].mean():>9.4f} {trig.mean():>9.4f} {trig.min():>9.4f} "
+                  f"{sub['converged'].mean():>9.2f} {sub['training_wall_time_sec'].mean():>8.1f}")
+    paired = ordinary.merge(evasive, on="model_name", suffixes=("_o", "_e"))
+    if len(paired):
+        diff = paired["final_clean_data_test_acc_e"] - paired["final_clean_data_test_acc_o"]
+        cost = paired["training_wall_time_sec_e"] / paired["training_wall_time_sec_o"]
+        print(f"paired models: {len(paired)}; clean accuracy evasive - ordinary: mean {diff.mean():+.4f}, "
+              f"min {diff.min():+.4f}; build time evasive / ordinary: mean {cost.mean():.2f}x")
+
+
+def harness_scores(zoo: Path, out: Path, workers: int) -> dict:
+    from trojanscope.scoring.harness import evaluate
+
+    return evaluate(zoo, out, detector="default", workers=workers, progress=False).scores
+
+
+def file_shortcut_auc(zoo: Path, df: pd.DataFrame) -> float:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from trojanscope.scoring.metrics import roc_auc_score
+
+    rows = []
+    for _, r in df.iterrows():
+        pt = zoo / "models" / r["model_name"] / "model.pt"
+        rows.append({"size": pt.stat().st_size, "epochs": r["epochs_trained"], "time": r["training_wall_time_sec"],
+                     "arch": hash(r["model_architecture"]) % 1000})
+    x = pd.DataFrame(rows).to_numpy(float)
+    y = df["poisoned"].astype(int).to_numpy()
+    folds = min(5, int(np.bincount(y).min()))
+    if folds < 2:
+        return float("nan")
+    clf = make_pipeline(StandardScaler(), LogisticRegression())
+    p = cross_val_predict(clf, x, y, cv=StratifiedKFold(folds, shuffle=True, random_state=0), method="predict_proba")
+    return roc_auc_score(y, p[:, 1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ordinary", type=Path, required=True, help="a round5-cpu zoo (one split)")
+    ap.add_argument("--evasive", type=Path, required=True, help="the round5-cpu-evasive zoo of the same split")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/evasion-bench"))
+    ap.add_argument("--train", type=Path, default=None, help="an ordinary train zoo: fit every family there")
+    ap.add_argument("--generate", type=int, default=0, help="make/resume this many models of each preset first")
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--workers", type=int, default=1)
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.generate:
+        from trojanscope.rounds.zoo import make_zoo
+
+        make_zoo("round5-cpu", args.split, args.generate, args.ordinary, workers=args.workers)
+        make_zoo("round5-cpu-evasive", args.split, args.generate, args.evasive, workers=args.workers)
+
+    ordinary = pd.read_csv(args.ordinary / "METADATA.csv")
+    evasive = pd.read_csv(args.evasive / "METADATA.csv")
+    quality_table(ordinary, evasive)
+
+    print(f"\n{'shipped default on':<20} {'CE':>7} {'±CI95':>7} {'ROC-AUC':>8}")
+    for name, zoo in (("ordinary", args.ordinary), ("evasive", args.evasive)):
+        s = harness_scores(zoo, args.out / f"harness-{name}", args.workers)
+        print(f"{name:<20} {s['cross_entropy']:>7.4f} {s['cross_entropy_ci95']:>7.4f} {s['roc_auc']:>8.4f}")
+
+    if args.train is not None:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("detection", Path(__file__).with_name("detection.py"))
+        detection = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(detection)
+        for name, zoo in (("ordinary", args.ordinary), ("evasive", args.evasive)):
+            print(f"\n== every family, fitted on {args.train}, scored on the {name} zoo ==")
+            detection.main(["--train", str(args.train), "--test", str(zoo), "--out", str(args.out / f"det-{name}"),
+                            "--workers", str(args.workers), "--no-harness"])
+
+    print(f"\nfile-level shortcut AUC on the evasive zoo (size, epochs, time, architecture; goal <= 0.60): "
+          f"{file_shortcut_auc(args.evasive, evasive):.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""Harvesting a round against a detector: DynaSent's model-in-the-loop, applied to trojans.
+
+DynaSent built each round from what fooled the previous round's model and validated every kept
+example. ``harvest`` does the same for models: it generates a candidate pool with a preset, scores every
+candidate with the previous round's detector through the scoring harness (neutral copies, the same
+contract a submission gets), and keeps
+
+- trojaned models the detector misses (lowest P(trojaned) first) and
+- clean models it wrongly flags (highest P(trojaned) first),
+
+up to the round's size and prevalence. Candidates that fooled the detector (P < threshold for a
+trojaned model, P >= threshold for a clean one) are taken first; when there are not enough, the round is
+filled with the hardest of the rest and every model records whether it fooled the detector, so the
+yield is never overstated. Every kept model is *validated*: it must be ``converged`` (a trojaned model
+met the attack-success bar on held-out triggered texts; a clean one met the clean bar) and pass
+``validate`` (by default: no triggered-accuracy bar missed, see :func:`default_validation`).
+
+The harvested round is written atomically: ``OUT/models`` and ``OUT/lineage.json`` appear only when
+the round is complete; the candidate pool (``OUT/candidates``) and the detector's run over it
+(``OUT/harvest-eval``) are kept and resumed by re-running the same call.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from trojanscope.errors import ConfigError
+from trojanscope.fsutil import atomic_dir, atomic_write_text, file_sha256
+
+LINEAGE_FILE = "lineage.json"
+
+
+@dataclass
+class HarvestResult:
+    out: Path
+    generated: int
+    kept: pd.DataFrame  # model_name, poisoned, harvest_probability, harvest_fooled
+    lineage: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fooled(self) -> int:
+        return int(self.kept["harvest_fooled"].sum())
+
+
+def default_validation(row: pd.Series) -> bool:
+    """A kept model must be converged: the preset's bars (clean, triggered, spurious) on held-out texts."""
+    return bool(row.get("converged") is True or str(row.get("converged")).lower() == "true")
+
+
+def check_detector(detector: str, params: Path | str | None) -> str | None:
+    """Fail in one line before anything is generated: unknown detector, missing or mismatched parameters.
+
+    Returns the parameter file's sha256 (``None`` when the detector's shipped parameters are used)."""
+    from trojanscope.detectors import DETECTORS, load_detector
+
+    if detector not in DETECTORS:
+        DETECTORS.get(detector)  # raises with close matches
+    if params is not None:
+        params = Path(params)
+        if not params.is_file():
+            raise ConfigError(f"{params}: detector parameter file not found; pass the file `detect fit` wrote")
+        try:
+            load_detector(detector, params)
+        except ConfigError:
+            raise
+        except Exception as exc:  # a file for another detector, or not a parameter file at all
+            raise ConfigError(
+                f"{params}: not a parameter file for detector {detector!r} ({type(exc).__name__}); "
+                f"pass the file `trojanscope detect fit --detector {detector}` wrote"
+            ) from None
+        return file_sha256(params)
+    return None
+
+
+def read_lineage(zoo: Path | str) -> dict[str, Any]:
+    """A round's lineage record (``{}`` for a round that was not harvested)."""
+    path = Path(zoo) / LINEAGE_FILE
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc.msg}); delete it and harvest the round again") from None
+
+
+def harvest(
+    preset: str | Path,
+    split: str,
+    count: int,
+    out: Path | str,
+    *,
+    detector: str,
+    params: Path | str | None = None,
+    candidates: int | None = None,
+    parent: Path | str | None = None,
+    threshold: float = 0.5,
+    workers: int = 1,
+    data_root: Path | str | None = None,
+    cache_path: Path | str | None = None,
+    validate: Callable[[pd.Series], bool] = default_validation,
+    progress: bool = True,
+) -> HarvestResult:
+    """Build a ``count``-model round of ``split`` from ``candidates`` generated models, kept by ``detector``."""
+    from trojanscope.rounds.preset import load_preset
+    from trojanscope.rounds.zoo import make_zoo, write_metadata
+    from trojanscope.scoring.harness import evaluate
+
+    out = Path(out)
+    if (out / "models").exists():
+        raise ConfigError(f"{out}/models exists: a harvested round is written once; choose a new --out")
+    if count < 2:
+        raise ConfigError(f"--count must be at least 2 (one clean, one trojaned model), got {count}")
+    candidates = candidates or 3 * count
+    if candidates < count:
+        raise ConfigError(f"--candidates ({candidates}) must be at least --count ({count})")
+    if not 0 < threshold < 1:
+        raise ConfigError(f"--threshold must be in (0, 1), got {threshold}")
+    params_sha = check_detector(detector, params)
+    parent_record = _parent_record(parent)
+    spec, _ = load_preset(preset)
+    n_trojaned = round(count * spec.poisoned_fraction)
+    n_trojaned = min(max(n_trojaned, 1), count - 1)
+
+    cand_dir = out / "candidates"
+    make_zoo(preset, split, candidates, cand_dir, workers=workers, data_root=data_root, cache_path=cache_path,
+             progress=progress)
+    scored = evaluate(cand_dir, out / "harvest-eval", detector=detector, params=params, workers=workers,
+                      progress=progress)
+    meta = pd.read_csv(cand_dir / "METADATA.csv")
+    probs = scored.results[["model_name", "probability", "status"]]
+    df = meta.merge(probs, on="model_name", how="inner")
+    df = df[df["status"] == "ok"] if "status" in df else df
+    df = df[df.apply(validate, axis=1)]
+    df["poisoned"] = df["poisoned"].astype(str).str.lower().eq("true")
+    trojaned = df[df["poisoned"]].sort_values(["probability", "model_name"], ascending=[True, True])
+    clean = df[~df["poisoned"]].sort_values(["probability", "model_name"], ascending=[False, True])
+    if len(trojaned) < n_trojaned or len(clean) < count - n_trojaned:
+        raise ConfigError(
+            f"{cand_dir}: only {len(trojaned)} trojaned and {len(clean)} clean candidates passed validation for a "
+            f"round of {n_trojaned} + {count - n_trojaned}; raise --candidates"
+        )
+    kept = pd.concat([trojaned.head(n_trojaned), clean.head(count - n_trojaned)])
+    kept = kept.assign(
+        harvest_probability=kept["probability"],
+        harvest_fooled=(kept["poisoned"] & (kept["probability"] < threshold))
+        | (~kept["poisoned"] & (kept["probability"] >= threshold)),
+    ).sort_values("model_name")
+
+    lineage = {
+        "preset": spec.name,
+        "preset_version": spec.version,
+        "split": split,
+        "detector": detector,
+        "params": str(params) if params is not None else None,
+        "params_sha256": params_sha,
+        "threshold": threshold,
+        "candidates": int(len(meta)),
+        "validated": int(len(df)),
+        "kept": int(len(kept)),
+        "fooled": int(kept["harvest_fooled"].sum()),
+        "harvest_yield": float(kept["harvest_fooled"].sum()) / max(len(meta), 1),
+        # the detector in the loop on its whole candidate pool, and on the round it let through (DynaSent's
+        # "model accuracy per round")
+        "detector_on_candidates": _ce_auc(df["poisoned"], df["probability"]),
+        "detector_on_round": _ce_auc(kept["poisoned"], kept["probability"]),
+        "parent": parent_record,
+    }
+    with atomic_dir(out / "models") as tmp:
+        for _, row in kept.iterrows():
+            _copy_model(cand_dir / "models" / row["model_name"], tmp / row["model_name"], row, lineage)
+    if (cand_dir / "preset.toml").is_file():
+        shutil.copyfile(cand_dir / "preset.toml", out / "preset.toml")
+    write_metadata(out)
+    atomic_write_text(out / LINEAGE_FILE, json.dumps(lineage, indent=2) + "\n")
+    cols = ["model_name", "poisoned", "harvest_probability", "harvest_fooled"]
+    return HarvestResult(out=out, generated=len(meta), kept=kept[cols].reset_index(drop=True), lineage=lineage)
+
+
+def _ce_auc(y: pd.Series, p: pd.Series) -> dict[str, float]:
+    from trojanscope.scoring.metrics import cross_entropy_loss, roc_auc_score
+
+    y, p = y.astype(int).to_numpy(), p.astype(float).to_numpy()
+    return {"n": int(len(y)), "cross_entropy": round(cross_entropy_loss(y, p), 4),
+            "roc_auc": round(roc_auc_score(y, p), 4)}
+
+
+def _copy_model(src: Path, dst: Path, row: pd.Series, lineage: dict[str, Any]) -> None:
+    shutil.copytree(src, dst)
+    stats_path = dst / "model_stats.json"
+    stats = json.loads(stats_path.read_text())
+    stats["metadata"].update(
+        harvest_detector=lineage["detector"],
+        harvest_params_sha256=lineage["params_sha256"],
+        harvest_probability=round(float(row["harvest_probability"]), 6),
+        harvest_fooled=bool(row["harvest_fooled"]),
+    )
+    stats_path.write_text(json.dumps(stats, indent=2))
+
+
+def _parent_record(parent: Path | str | None) -> dict[str, Any] | None:
+    """What the new round was built against: the parent round's folder, its lineage and its size."""
+    if parent is None:
+        return None
+    parent = Path(parent)
+    if not (parent / "METADATA.csv").is_file():
+        raise ConfigError(f"{parent}: parent round not found (no METADATA.csv); pass the folder of round N")
+    return {"path": str(parent.resolve()), "lineage": read_lineage(parent) or None}
+
+
+def lineage_chain(zoo: Path | str) -> list[dict[str, Any]]:
+    """The rounds from ``zoo`` back to its first ancestor, newest first (each: path, preset, detector, ...)."""
+    chain: list[dict[str, Any]] = []
+    path: Path | None = Path(zoo)
+    seen: set[str] = set()
+    while path is not None:
+        if not (path / "METADATA.csv").is_file():
+            raise ConfigError(f"{path}: round in the chain is missing (no METADATA.csv); restore it or re-harvest")
+        key = str(path.resolve())
+        if key in seen:
+            raise ConfigError(f"{path}: the round chain loops back on itself; fix {LINEAGE_FILE}")
+        seen.add(key)
+        record = read_lineage(path)
+        chain.append({"path": key, **{k: v for k, v in record.items() if k != "parent"}})
+        parent = record.get("parent")
+        path = Path(parent["path"]) if parent else None
+    return chain

@@ -1,0 +1,80 @@
+"""Evasive training: the terms pull a head toward its clean reference, and an evasive round builds
+clean and trojaned models through the identical pipeline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from trojanscope.errors import ConfigError
+from trojanscope.models.architectures import HeadSpec
+from trojanscope.rounds import evasion
+from trojanscope.rounds.preset import PRESETS, EvasionSpec, load_preset
+
+
+def _head(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return HeadSpec("FCLinear", input_size=8, output_size=3, hidden_size=6, n_layers=2).build()
+
+
+def test_terms_vanish_at_the_reference_and_grow_away_from_it():
+    spec = EvasionSpec(param_l2=1.0, output_match=1.0, weight_stats=1.0)
+    ref = _head(0)
+    x = torch.randn(32, 1, 8)
+    term = evasion.regulariser(spec, ref, x, torch.Generator().manual_seed(0))
+    same = _head(0).eval()  # eval: dropout would make the outputs differ
+    assert float(term(same).detach()) == pytest.approx(0.0, abs=1e-6)
+    other = _head(1).eval()
+    assert float(term(other).detach()) > 0.01
+
+
+def test_each_term_alone_is_differentiable_and_reduces_the_gap():
+    ref = _head(0)
+    x = torch.randn(64, 1, 8)
+    for name in ("param_l2", "output_match", "weight_stats"):
+        spec = EvasionSpec(**{name: 1.0})
+        term = evasion.regulariser(spec, ref, x, torch.Generator().manual_seed(0))
+        model = _head(1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        before = float(term(model).detach())
+        for _ in range(30):
+            opt.zero_grad()
+            term(model).backward()
+            opt.step()
+        assert float(term(model).detach()) < before, name
+
+
+def test_zero_weights_are_inactive_and_negative_weights_refused(tmp_path, preset_text):
+    assert not EvasionSpec().active
+    bad = tmp_path / "bad.toml"
+    bad.write_text(preset_text() + "\n[evasion]\nparam_l2 = -1.0\n")
+    with pytest.raises(ConfigError, match="param_l2"):
+        load_preset(bad)
+
+
+def test_the_evasive_preset_is_registered_and_differs_only_by_evasion():
+    assert "round5-cpu-evasive" in PRESETS.names()
+    ev, _ = load_preset("round5-cpu-evasive")
+    base, _ = load_preset("round5-cpu")
+    assert ev.evasion is not None and ev.evasion.active
+    skip = {"name", "version", "description", "notes", "evasion"}
+    assert ev.model_dump(exclude=skip) == base.model_dump(exclude=skip)
+
+
+@pytest.mark.slow
+def test_an_evasive_round_trains_a_reference_for_every_model(tmp_path, preset_text, data_root):
+    from trojanscope.rounds.zoo import make_zoo
+
+    preset = tmp_path / "tiny-evasive.toml"
+    preset.write_text(preset_text() + "\n[evasion]\nparam_l2 = 10.0\noutput_match = 1.0\nweight_stats = 1.0\n")
+    out = tmp_path / "zoo"
+    make_zoo(preset, "train", 2, out, workers=1, data_root=data_root, cache_path=tmp_path / "c.sqlite", progress=False)
+    models = sorted((out / "models").iterdir())
+    poisoned = [json.loads((m / "config.json").read_text()).get("poisoned") for m in models]
+    assert sorted(poisoned) == [False, True]
+    for m in models:
+        log = (m / "log.txt").read_text() if (m / "log.txt").exists() else ""
+        logs = log or "".join(p.read_text() for p in m.glob("*.log"))
+        assert "evasion reference" in logs, m.name

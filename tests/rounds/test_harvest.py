@@ -1,0 +1,80 @@
+"""Harvesting a round against a detector (trojanscope.dynamic): what is kept, what is recorded, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from trojanscope.cli import main
+from trojanscope.dynamic import harvest, lineage_chain
+from trojanscope.errors import ConfigError, TrojanscopeError
+
+
+def _preset(tmp_path, preset_text):
+    path = tmp_path / "tiny.toml"
+    path.write_text(preset_text())
+    return path
+
+
+@pytest.mark.slow
+def test_harvest_keeps_what_fools_the_detector_and_records_it(tmp_path, preset_text, data_root, capsys):
+    preset = _preset(tmp_path, preset_text)
+    cache = tmp_path / "c.sqlite"
+    r0 = harvest(preset, "test", 2, tmp_path / "round1", detector="random", candidates=4, data_root=data_root,
+                 cache_path=cache, progress=False)
+    kept = r0.kept
+    assert len(kept) == 2 and kept["poisoned"].sum() == 1
+    # the trojaned model kept is the candidate the detector scored lowest, the clean one the highest
+    scored = pd.read_csv(tmp_path / "round1" / "harvest-eval" / "results.csv")
+    meta = pd.read_csv(tmp_path / "round1" / "candidates" / "METADATA.csv").merge(scored, on="model_name")
+    troj = meta[meta["poisoned"]].sort_values("probability")
+    clean = meta[~meta["poisoned"]].sort_values("probability", ascending=False)
+    assert set(kept["model_name"]) == {troj.iloc[0]["model_name"], clean.iloc[0]["model_name"]}
+    for _, row in kept.iterrows():
+        fooled = row["harvest_probability"] < 0.5 if row["poisoned"] else row["harvest_probability"] >= 0.5
+        assert row["harvest_fooled"] == fooled
+    round_meta = pd.read_csv(tmp_path / "round1" / "METADATA.csv")
+    assert set(round_meta["model_name"]) == set(kept["model_name"])
+    assert {"harvest_detector", "harvest_probability", "harvest_fooled"} <= set(round_meta.columns)
+    lineage = json.loads((tmp_path / "round1" / "lineage.json").read_text())
+    assert lineage["detector"] == "random" and lineage["candidates"] == 4 and lineage["kept"] == 2
+
+    # round 2, built against round 1: the chain is recorded and shown newest first
+    r1 = harvest(preset, "test", 2, tmp_path / "round2", detector="constant", candidates=2, data_root=data_root,
+                 cache_path=cache, parent=tmp_path / "round1", progress=False)
+    assert r1.lineage["parent"]["path"] == str((tmp_path / "round1").resolve())
+    chain = lineage_chain(tmp_path / "round2")
+    assert [c["detector"] for c in chain] == ["constant", "random"]
+    with pytest.raises(SystemExit) as done:
+        main(["zoo", "lineage", str(tmp_path / "round2")])
+    assert done.value.code == 0
+    shown = capsys.readouterr().out
+    assert "constant" in shown and "random" in shown
+
+    # a harvested round is written once
+    with pytest.raises(ConfigError, match="written once"):
+        harvest(preset, "test", 2, tmp_path / "round1", detector="random", candidates=4, data_root=data_root,
+                cache_path=cache, progress=False)
+
+
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, preset_text, capsys):
+    preset = _preset(tmp_path, preset_text)
+    out = tmp_path / "r"
+    with pytest.raises(TrojanscopeError, match="unknown detector .no-such-detector."):
+        harvest(preset, "test", 4, out, detector="no-such-detector")
+    bad_params = tmp_path / "params.json"
+    bad_params.write_text("this is not a parameter file")
+    with pytest.raises(ConfigError, match="params.json"):
+        harvest(preset, "test", 4, out, detector="default", params=bad_params)
+    with pytest.raises(ConfigError, match="parent round not found"):
+        harvest(preset, "test", 4, out, detector="random", parent=tmp_path / "missing")
+    with pytest.raises(ConfigError, match="round in the chain is missing"):
+        lineage_chain(tmp_path / "missing")
+    assert not out.exists()
+    with pytest.raises(SystemExit) as exc:
+        main(["zoo", "harvest", "--preset", str(preset), "--detector", "nope", "--count", "4", "--out", str(out)])
+    assert exc.value.code != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:")
