@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import math
 from html.parser import HTMLParser
 from pathlib import Path
@@ -17,6 +18,7 @@ from trojanscope.cli import build_app
 from trojanscope.scoring.breakdown import factor_table, prevalence_sweep, read_factor_metadata
 from trojanscope.scoring.harness import evaluate
 from trojanscope.scoring.metrics import base_rate_cross_entropy
+from trojanscope.scoring.report import write_report
 
 
 class _Images(HTMLParser):
@@ -136,3 +138,18 @@ def test_cli_no_ground_truth_is_a_clear_failure(tmp_path: Path) -> None:
                      "--no-progress")
     assert code != 0 and "nothing can be scored" in out
     assert len(pd.read_csv(tmp_path / "r" / "results.csv")) == 2  # answers kept all the same
+
+
+@pytest.mark.parametrize("command", [["python3", "my detector.py"], "python3 'my detector.py'"])
+def test_report_of_a_command_run_titles_it_whole_and_prints_no_negative_zero(zoo: Path, tmp_path: Path,
+                                                                              command: object) -> None:
+    # argv words as `evaluate` and the leaderboard worker record them, or one string as older runs did;
+    # only clean models, so the base rate and target are zero
+    clean = ["id-00000000", "id-00000002", "id-00000004"]
+    (tmp_path / "results.csv").write_text("model_name,probability\n" + "".join(f"{m},0.2\n" for m in clean))
+    (tmp_path / "run.json").write_text(json.dumps({"zoo": str(zoo), "models": clean, "command": command}))
+    html_path, md_path = write_report(tmp_path)
+    md, html = md_path.read_text(), html_path.read_text()
+    assert md.splitlines()[0] == f"# python3 'my detector.py' on {zoo.name}"
+    assert "-0.0" not in md and "-0.0" not in html
+    assert "| Round target / base rate | 0.0000 / 0.0000 |" in md

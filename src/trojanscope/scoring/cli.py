@@ -139,9 +139,9 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         zoo_dir: Path | None = typer.Option(None, "--zoo", help="Zoo folder; default: the one in run.json."),
     ) -> None:
         from trojanscope.scoring.harness import scores_for
-        from trojanscope.scoring.report import load_run, write_report
+        from trojanscope.scoring.report import command_text, load_run, write_report
 
         html, md = write_report(run_dir, zoo_dir)
         frame, run, zoo_path = load_run(run_dir, zoo_dir)
-        print_scores(scores_for(frame), f"{run.get('detector') or run.get('command') or run_dir} on {zoo_path}")
+        print_scores(scores_for(frame), f"{run.get('detector') or command_text(run) or run_dir} on {zoo_path}")
         typer.echo(f"wrote {html} and {md}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,17 @@ def _fmt(value: Any, digits: int = 4) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.{digits}f}"
+        text = f"{value:.{digits}f}"
+        return text[1:] if text.startswith("-") and float(text) == 0 else text  # never "-0.0000"
     return str(value)
+
+
+def command_text(run: dict[str, Any]) -> str:
+    """The run's command line as one string: ``run.json`` keeps argv words; older runs kept one string."""
+    command = run.get("command")
+    if not command:
+        return ""
+    return command if isinstance(command, str) else shlex.join(str(w) for w in command)
 
 
 def write_report(run_dir: Path | str, zoo: Path | str | None = None) -> tuple[Path, Path]:
@@ -92,10 +102,11 @@ def write_report(run_dir: Path | str, zoo: Path | str | None = None) -> tuple[Pa
                         "models together with all clean models. Red bars are worse than a coin flip.",
                         plots.factor_png(factors, scores["cross_entropy"])))
 
-    title = f"{run.get('detector') or ' '.join(run.get('command') or []) or 'detector'} on {zoo_path.name}"
+    title = f"{run.get('detector') or command_text(run) or 'detector'} on {zoo_path.name}"
     failed = frame[frame["status"] != "ok"][["model_name", "status", "reason"]]
     context = {
-        "title": title, "run": run, "zoo": str(zoo_path), "scores": scores, "fmt": _fmt, "help": METRIC_HELP,
+        "title": title, "run": {**run, "command": command_text(run) or None},
+        "zoo": str(zoo_path), "scores": scores, "fmt": _fmt, "help": METRIC_HELP,
         "headline": _headline(scores), "figures": [(t, cap, _b64(png)) for t, cap, png in figures],
         "factors": factors.to_dict("records"), "failed": failed.head(50).to_dict("records"),
         "n_failed_total": len(failed), "missing_truth": scores["missing_ground_truth"],
