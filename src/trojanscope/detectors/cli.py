@@ -20,7 +20,9 @@ _CONTRACT_HELP = (
 
 
 def register(app: typer.Typer, zoo: typer.Typer) -> None:
-    detect = typer.Typer(invoke_without_command=True, help=_CONTRACT_HELP, add_completion=False)
+    # plain Click help, as for every command: types shown only where a value is taken (see trojanscope.cli)
+    detect = typer.Typer(invoke_without_command=True, help=_CONTRACT_HELP, add_completion=False,
+                         rich_markup_mode=app.rich_markup_mode)
     app.add_typer(detect, name="detect")
 
     @detect.callback(invoke_without_command=True)
@@ -88,5 +90,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
     def detectors() -> None:
         from trojanscope.detectors import DETECTORS
 
-        for name in DETECTORS.names():
-            typer.echo(f"{name:<12} {DETECTORS.help(name)}")
+        names = DETECTORS.names()
+        width = max(len(n) for n in names)  # columns stay aligned for long names such as image-default
+        for name in names:
+            typer.echo(f"{name:<{width}} {DETECTORS.help(name)}")

@@ -32,6 +32,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         round6-cpu, dynasent-cpu, round5) train heads on a frozen encoder's summary vectors; image presets
         (round1-cpu; faithful round0/round1 need torchvision) train CNNs on synthetic sign scenes. Examples:
 
+        \b
             trojanscope zoo make --preset round5-cpu --split train --count 8 --out zoo/r5-train --workers 2
             trojanscope zoo make --preset round1-cpu --split test --count 4 --out zoo/r1-test --workers 2
         """
@@ -65,6 +66,8 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         """List the registered round presets with their descriptions."""
         from trojanscope.rounds.preset import PRESETS, load_preset
 
-        for name in PRESETS.names():
+        names = PRESETS.names()
+        width = max(len(n) for n in names)
+        for name in names:
             p, _ = load_preset(name)
-            typer.echo(f"{name:16s} {p.description}")
+            typer.echo(f"{name:{width}} {p.description}")
