@@ -187,3 +187,11 @@ def test_first_stored_vector_wins_for_every_caller(tmp_path):
     out = encode_cached(RacingEncoder(), ["a", "b"], cache)
     np.testing.assert_array_equal(out[0], fake_vector("a") + 1e-6)
     np.testing.assert_array_equal(out[1], fake_vector("b"))
+
+
+def test_on_encode_announces_only_what_the_encoder_will_do(tmp_path):
+    cache, calls = EmbeddingCache(tmp_path / "e.sqlite"), []
+    encode_cached(CountingEncoder(), ["a", "b", "a"], cache, on_encode=calls.append)
+    encode_cached(CountingEncoder(), ["a", "b", "c"], cache, on_encode=calls.append)
+    encode_cached(CountingEncoder(), ["c", "a"], cache, on_encode=calls.append)  # all cached: no announcement
+    assert calls == [2, 1]

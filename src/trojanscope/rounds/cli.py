@@ -49,6 +49,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
             cache_path=cache,
             executor=executor,
             progress=not quiet,
+            on_encode=None if quiet else _say_encoding,
         )
         if not quiet:
             typer.echo(f"{len(result.built)} models built, {result.skipped} already present in {out}")
@@ -71,3 +72,9 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         for name in names:
             p, _ = load_preset(name)
             typer.echo(f"{name:{width}} {p.description}")
+
+
+def _say_encoding(n: int, encoder: str, cache_file: Path) -> None:
+    """The one line before a first run's long encoding step, so the wait is not mistaken for a hang."""
+    typer.echo(f"encoding {n:,} texts once with {encoder} (minutes on a CPU; later runs of this preset skip it); "
+               f"cached in {cache_file}", err=True)
