@@ -34,6 +34,7 @@ from trojanscope.leaderboard import sandbox
 from trojanscope.leaderboard.db import Job, ModelResult, Submission, make_sessionmaker, utcnow
 from trojanscope.leaderboard.settings import Settings
 from trojanscope.models.layout import list_model_dirs, read_ground_truth
+from trojanscope.provenance import provenance
 
 DEFAULT_P = 0.5
 
@@ -336,7 +337,7 @@ class Worker:
         atomic_write_json(report / "run.json", {"zoo": str(zoo), "models": [real for _, real, _, _ in records],
                                                 "n_models": len(records), "seed": 0,
                                                 # argv words, as `trojanscope evaluate` records them
-                                                "command": shlex.split(command)})
+                                                "command": shlex.split(command), **provenance()})
         try:
             self.scoring.write_report(report, zoo)
         except Exception as exc:  # noqa: BLE001 - a report failure must never lose a scored job
