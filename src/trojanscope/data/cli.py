@@ -25,7 +25,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:  # noqa: ARG001 - zoo 
         0 negative, 1 neutral, 2 positive). Image presets read one sign set (`images.signs`, folder
         signs/NAME) and every road scene under backgrounds/. Example:
 
-          trojanscope corpora --count sst uci signs/nist_synthetic --data-root ../shared/data
+          trojanscope corpora --count sst uci signs/nist_synthetic --data-root /path/to/data
         """
         from trojanscope.data import CORPORA, SIGN_FAMILIES, class_names, dedupe, label_counts, load_corpus
 
