@@ -18,10 +18,10 @@ def git_commit() -> str | None:
     """The commit of the checkout this package is imported from (``+dirty`` with uncommitted tracked
     changes), or None when it is not a git checkout or git is not installed."""
     package = Path(__file__).resolve().parent
-    root = next((p for p in package.parents if (p / ".git").exists()), None)  # a worktree's .git is a file
+    root = package.parents[1]  # <checkout>/src/trojanscope; a worktree's .git is a file
     git = shutil.which("git")
-    if root is None or git is None:
-        return None
+    if package.parent.name != "src" or not (root / ".git").exists() or git is None:
+        return None  # an installed copy, even one inside some other repository, has no commit of its own
     try:
         head = subprocess.run([git, "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=10, check=True).stdout.strip()
