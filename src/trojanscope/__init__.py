@@ -4,7 +4,7 @@ The packages follow the flow of the system, and imports point one way only::
 
     data -> encoders -> models -> triggers -> rounds -> detectors -> scoring -> leaderboard
 
-(``errors``, ``registry``, ``settings`` and ``fsutil`` are shared by all; ``cli`` sits on top.)
+(``errors``, ``registry``, ``settings``, ``fsutil`` and ``provenance`` are shared by all; ``cli`` sits on top.)
 """
 
 __version__ = "0.1.0"

@@ -24,6 +24,11 @@ COMMAND_MODULES = (
     "trojanscope.leaderboard.cli",  # serve
 )
 
+# Typer's rich help panel prints a value type for every option, so plain flags such as --help read
+# `<bool>` as if they took a value; Click's formatter (markup mode None) prints a type only where a
+# value is taken. Every Typer of the CLI (sub-apps too) is built with this mode.
+HELP_MARKUP = None
+
 
 def build_app() -> typer.Typer:
     app = typer.Typer(
@@ -33,8 +38,10 @@ def build_app() -> typer.Typer:
         no_args_is_help=True,
         pretty_exceptions_enable=False,
         add_completion=False,
+        rich_markup_mode=HELP_MARKUP,
     )
-    zoo = typer.Typer(help="Generate, inspect, check and export rounds (model zoos).", no_args_is_help=True)
+    zoo = typer.Typer(help="Generate, inspect, check and export rounds (model zoos).", no_args_is_help=True,
+                      rich_markup_mode=HELP_MARKUP)
     app.add_typer(zoo, name="zoo")
     for name in COMMAND_MODULES:
         try:

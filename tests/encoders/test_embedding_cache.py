@@ -255,3 +255,11 @@ def test_prepare_cache_creates_the_file_in_wal_mode(tmp_path):
     path = prepare_cache(tmp_path / "new" / "e.sqlite")
     assert path.is_file()
     assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_on_encode_announces_only_what_the_encoder_will_do(tmp_path):
+    cache, calls = EmbeddingCache(tmp_path / "e.sqlite"), []
+    encode_cached(CountingEncoder(), ["a", "b", "a"], cache, on_encode=calls.append)
+    encode_cached(CountingEncoder(), ["a", "b", "c"], cache, on_encode=calls.append)
+    encode_cached(CountingEncoder(), ["c", "a"], cache, on_encode=calls.append)  # all cached: no announcement
+    assert calls == [2, 1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,24 @@ def test_round_validation_and_lifecycle(client, zoos, setup_round, tmp_path: Pat
     assert upload(client, tokens["alpha"], submission_bytes(), round_name="r1").status_code == 409  # closed
     assert client.post("/api/rounds/r1/close", headers=admin()).status_code == 409
     assert client.post("/api/rounds/r1/open", headers=admin()).status_code == 409
+
+
+def test_round_whose_splits_share_models_is_refused(client, zoos, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    link = tmp_path / "train-link"
+    link.symlink_to(zoos["train"])  # the same folder under another name
+    r = client.post("/api/rounds", json=round_body(zoos, test=str(link)), headers=admin())
+    assert r.status_code == 422 and "'train' and 'test' name the same folder" in r.json()["detail"]
+    r = client.post("/api/rounds", json=round_body(zoos, holdout=str(zoos["test"])), headers=admin())
+    assert r.status_code == 422 and "'test' and 'holdout' name the same folder" in r.json()["detail"]
+    copied = tmp_path / "holdout"
+    shutil.copytree(zoos["holdout"], copied)
+    shutil.copy(zoos["train"] / "models" / "id-00000001" / "model.pt", copied / "models" / "id-00000000" / "model.pt")
+    r = client.post("/api/rounds", json=round_body(zoos, holdout=str(copied)), headers=admin())
+    assert r.status_code == 422
+    assert r.json()["detail"] == ("round: Value error, 'train' model id-00000001 and 'holdout' model id-00000000 are "
+                                  "the same file (equal sha256); a model in two splits leaks the scored models "
+                                  "into training")
+    assert client.get("/api/rounds").json() == []  # nothing registered
 
 
 def test_json_body_size_limit(client) -> None:  # type: ignore[no-untyped-def]

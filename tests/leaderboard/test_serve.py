@@ -58,6 +58,11 @@ def test_rounds_file(tmp_path: Path, zoos) -> None:  # type: ignore[no-untyped-d
             load_rounds_file(s, tmp_path / "bad2.toml")
         with pytest.raises(ConfigError, match="not found"):
             load_rounds_file(s, tmp_path / "missing.toml")
+        (tmp_path / "same.toml").write_text(f'[[round]]\nname = "r3"\ntrain = "{zoos["train"]}"\n'
+                                            f'test = "{zoos["train"]}/."\n')
+        with pytest.raises(ConfigError, match="same.toml: \\[\\[round\\]\\] #1 round: .*'train' and 'test' name "
+                                              "the same folder"):
+            load_rounds_file(s, tmp_path / "same.toml")
 
 
 def _children(pid: int) -> list[int]:

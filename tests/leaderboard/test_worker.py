@@ -57,6 +57,9 @@ def test_good_submission_smoke_then_test_then_leaderboard(client, setup_round, s
     smoke_report = client.get(f"/submissions/{good}/report/smoke")
     assert smoke_report.status_code == 200, (settings.data_dir / "jobs" / str(smoke.id) / "report").iterdir()
     assert "<html" in smoke_report.text.lower()
+    run = json.loads((settings.data_dir / "jobs" / str(smoke.id) / "report" / "run.json").read_text())
+    assert run["command"] == ["python", "detector.py"]  # argv words, as `evaluate` records them
+    assert "<title>python detector.py on " in smoke_report.text and "-0.0" not in smoke_report.text
     assert client.get(f"/submissions/{good}/report/test").status_code == 403
     test_report = client.get(f"/submissions/{good}/report/test", headers=admin())
     assert test_report.status_code == 200 and f"{test.scores['cross_entropy']:.4f}" in test_report.text

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
+from trojanscope.encoders import EmbeddingCache
 from trojanscope.models import load_model
 from trojanscope.models.layout import IMAGE_CONFIG_KEYS, REDUCED_CONFIG_KEYS, list_model_dirs, read_ground_truth
 
@@ -201,3 +202,21 @@ def test_ternary_round_end_to_end(tmp_path, data_root, preset_text) -> None:
         cfg = json.loads((d / "config.json").read_text())
         assert set(cfg) <= set(REDUCED_CONFIG_KEYS), "test split must carry the reduced config only"
         assert cfg["number_classes"] == 3
+
+
+def test_first_make_says_what_it_encodes_and_where_it_caches(tiny_preset, data_root, tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from trojanscope.cli import build_app
+
+    cache = tmp_path / "fresh" / "emb.sqlite"
+    args = ["zoo", "make", "--preset", str(tiny_preset), "--count", "1", "--data-root", str(data_root),
+            "--cache", str(cache)]
+    first = CliRunner().invoke(build_app(), [*args, "--out", str(tmp_path / "a")])
+    assert first.exit_code == 0, first.output
+    lines = [line for line in first.stderr.splitlines() if line.startswith("encoding ")]
+    assert len(lines) == 1 and lines[0].endswith(f"cached in {cache}"), first.stderr
+    n = int(lines[0].split()[1].replace(",", ""))
+    assert 100 < n <= EmbeddingCache(cache).count()  # stored (with the models' triggered texts)
+    again = CliRunner().invoke(build_app(), [*args, "--out", str(tmp_path / "b")])
+    assert again.exit_code == 0 and "encoding " not in again.stderr  # served from the cache

@@ -61,7 +61,9 @@ def test_base_rate_and_target() -> None:
     assert M.base_rate_cross_entropy(0.5) == pytest.approx(math.log(2))
     assert M.target_cross_entropy(0.5) == pytest.approx(0.34657359, abs=1e-8)
     assert M.base_rate_cross_entropy(0.1) == pytest.approx(-(0.1 * math.log(0.1) + 0.9 * math.log(0.9)))
-    assert M.base_rate_cross_entropy(0.0) == 0.0
+    for one_class in (0.0, 1.0):  # no "-0.0" in a report or the API
+        assert math.copysign(1.0, M.base_rate_cross_entropy(one_class)) == 1.0
+        assert math.copysign(1.0, M.target_cross_entropy(one_class)) == 1.0
     # The CE of answering the prevalence itself equals the base rate.
     y = np.array([1] * 3 + [0] * 7)
     assert M.cross_entropy_loss(y, np.full(10, 0.3)) == pytest.approx(M.base_rate_cross_entropy(0.3))

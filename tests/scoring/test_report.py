@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import math
 from html.parser import HTMLParser
 from pathlib import Path
@@ -17,6 +18,7 @@ from trojanscope.cli import build_app
 from trojanscope.scoring.breakdown import factor_table, prevalence_sweep, read_factor_metadata
 from trojanscope.scoring.harness import evaluate
 from trojanscope.scoring.metrics import base_rate_cross_entropy
+from trojanscope.scoring.report import write_report
 
 
 class _Images(HTMLParser):
@@ -136,3 +138,85 @@ def test_cli_no_ground_truth_is_a_clear_failure(tmp_path: Path) -> None:
                      "--no-progress")
     assert code != 0 and "nothing can be scored" in out
     assert len(pd.read_csv(tmp_path / "r" / "results.csv")) == 2  # answers kept all the same
+
+
+@pytest.mark.parametrize("command", [["python3", "my detector.py"], "python3 'my detector.py'"])
+def test_report_of_a_command_run_titles_it_whole_and_prints_no_negative_zero(zoo: Path, tmp_path: Path,
+                                                                              command: object) -> None:
+    # argv words as `evaluate` and the leaderboard worker record them, or one string as older runs did;
+    # only clean models, so the base rate and target are zero
+    clean = ["id-00000000", "id-00000002", "id-00000004"]
+    (tmp_path / "results.csv").write_text("model_name,probability\n" + "".join(f"{m},0.2\n" for m in clean))
+    (tmp_path / "run.json").write_text(json.dumps({"zoo": str(zoo), "models": clean, "command": command}))
+    html_path, md_path = write_report(tmp_path)
+    md, html = md_path.read_text(), html_path.read_text()
+    assert md.splitlines()[0] == f"# python3 'my detector.py' on {zoo.name}"
+    assert "-0.0" not in md and "-0.0" not in html
+    assert "| Round target / base rate | 0.0000 / 0.0000 |" in md
+
+
+def _git_head() -> str | None:
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists() or shutil.which("git") is None:
+        return None
+    return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+@pytest.mark.slow
+def test_report_names_its_code_detector_and_parameters_writes_svgs_and_warns_on_small_n(run_dir: Path) -> None:
+    import trojanscope
+
+    write_report(run_dir)
+    md, html = (run_dir / "report.md").read_text(), (run_dir / "report.html").read_text()
+    head = _git_head()
+    code = f"trojanscope: {trojanscope.__version__}" + (f" (git commit {head}" if head else "")
+    assert code in md, md
+    assert "Detector: random" in md and "Parameters: none (this detector reads no parameter file)" in md
+    assert f"<code>{trojanscope.__version__}" in html and "<th>detector</th><td><code>random</code>" in html
+    svgs = sorted(p.name for p in run_dir.glob("report-*.svg"))
+    assert svgs == sorted(f"report-{n}.svg" for n in ("roc", "reliability", "histogram", "prevalence", "factors"))
+    for name in svgs:
+        text = (run_dir / name).read_text()
+        assert text.startswith("<?xml") and "<svg" in text and name in html and name in md
+    # the fixture zoo has 12 models: too few for the intervals to mean much
+    assert "> **Warning:** Only 12 models were scored (6 poisoned, 6 clean)" in md
+    assert 'class="warn"' in html and "Only 12 models were scored" in html
+
+
+def test_report_header_gives_the_parameter_file_and_its_hash(zoo: Path, tmp_path: Path) -> None:
+    from trojanscope.detectors import shipped_params_file
+    from trojanscope.fsutil import file_sha256
+    from trojanscope.scoring.report import provenance_rows
+
+    shipped = shipped_params_file("default")
+    assert shipped is not None and shipped.name == "default.json" and shipped_params_file("random") is None
+    run = {"detector": "default", "params": None, "params_file": str(shipped),
+           "params_file_sha256": file_sha256(shipped), "trojanscope_version": "9.9", "trojanscope_commit": "abc"}
+    assert provenance_rows(run) == [("trojanscope", "9.9 (git commit abc)"), ("detector", "default"),
+                                    ("parameters", f"{shipped} (sha256 {file_sha256(shipped)})")]
+    old = {"command": ["python3", "d.py"]}  # a run.json written before these fields existed
+    assert provenance_rows(old) == [("trojanscope", "version not recorded"), ("detector", "command python3 d.py"),
+                                    ("parameters", "not recorded (an external command reads its own)")]
+
+
+def test_evaluate_records_what_the_report_header_needs(zoo: Path, tmp_path: Path) -> None:
+    import trojanscope
+    from trojanscope.provenance import git_commit
+
+    evaluate(zoo, tmp_path, detector="constant", progress=False)
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["trojanscope_version"] == trojanscope.__version__ and run["trojanscope_commit"] == git_commit()
+    assert run["params_file"] is None and run["params_file_sha256"] is None
+    if _git_head():
+        assert run["trojanscope_commit"].removesuffix("+dirty") == _git_head()
+
+
+def test_no_small_n_warning_from_20_models(tmp_path: Path) -> None:
+    zoo = make_zoo(tmp_path / "zoo", n=20)
+    evaluate(zoo, tmp_path / "run", detector="constant", progress=False)
+    _, md_path = write_report(tmp_path / "run")
+    assert "Warning" not in md_path.read_text()

@@ -1,5 +1,7 @@
 """Trojan detectors: the interface, the registry, and the registered detectors."""
 
+from pathlib import Path
+
 from trojanscope.detectors.base import DETECTORS, Detection, Detector, ModelInputs
 from trojanscope.detectors.declared import declare_shipped
 from trojanscope.detectors.features import FAMILY_MODALITY
@@ -25,4 +27,16 @@ def load_detector(name: str, params: str | None = None) -> Detector:
     return default() if callable(default) else cls()
 
 
-__all__ = ["DETECTORS", "Detection", "Detector", "ModelInputs", "load_detector"]
+def shipped_params_file(name: str) -> Path | None:
+    """The parameter file detector ``name`` loads when no ``params`` is given (``detectors/params/*.json``),
+    or None when it ships none."""
+    from importlib import resources
+
+    shipped = getattr(DETECTORS.get(name), "shipped", None) if name in DETECTORS else None
+    if not shipped:
+        return None
+    path = Path(str(resources.files("trojanscope.detectors") / "params" / shipped))
+    return path if path.is_file() else None
+
+
+__all__ = ["DETECTORS", "Detection", "Detector", "ModelInputs", "load_detector", "shipped_params_file"]

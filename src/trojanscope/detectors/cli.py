@@ -21,7 +21,9 @@ _CONTRACT_HELP = (
 
 def register(app: typer.Typer, zoo: typer.Typer) -> None:
     # Long because each nested function is one CLI command (typer needs them registered here); each is short.
-    detect = typer.Typer(invoke_without_command=True, help=_CONTRACT_HELP, add_completion=False)
+    # plain Click help, as for every command: types shown only where a value is taken (see trojanscope.cli)
+    detect = typer.Typer(invoke_without_command=True, help=_CONTRACT_HELP, add_completion=False,
+                         rich_markup_mode=app.rich_markup_mode)
     app.add_typer(detect, name="detect")
 
     @detect.callback(invoke_without_command=True)

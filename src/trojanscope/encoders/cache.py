@@ -14,7 +14,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -207,8 +207,12 @@ def encode_cached(
     stats: CacheStats | None = None,
     batch_size: int = 64,
     progress: bool = False,
+    on_encode: Callable[[int], None] | None = None,
 ) -> np.ndarray:
     """``encoder.encode(texts)`` through ``cache``: only unseen texts reach the encoder, each once.
+
+    ``on_encode(n)`` is called before the encoder runs, with the number of texts not in the cache
+    (not called when every text is cached), so a caller can say what the wait is for.
 
     Results come back in input order. A text's vector can differ by ~1e-6 with the batch it was
     encoded in (padding changes the matrix shapes); with a cache each text is encoded once per
@@ -235,6 +239,8 @@ def encode_cached(
         vectors[j] = vec
     if missing:
         miss_texts = [unique[j] for j in missing]
+        if on_encode is not None:
+            on_encode(len(miss_texts))
         fresh = encoder.encode(miss_texts, batch_size=batch_size, progress=progress)
         if cache is not None:
             cache.put_many(encoder.fingerprint, miss_texts, fresh)

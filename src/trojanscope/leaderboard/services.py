@@ -12,11 +12,12 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from trojanscope.errors import ConfigError, TrojanscopeError
+from trojanscope.fsutil import file_sha256
 from trojanscope.leaderboard import archive, security
 from trojanscope.leaderboard.db import Job, Round, Submission, Team, utcnow
 from trojanscope.leaderboard.settings import Settings
@@ -66,6 +67,27 @@ class RoundIn(BaseModel):
             raise ValueError(f"zoo folder {v} holds no model folders (models/id-*/model.pt)")
         return v
 
+    @model_validator(mode="after")
+    def _splits_apart(self) -> RoundIn:
+        """A team must never be able to fit on the models it is scored on: no folder and no model file twice."""
+        from trojanscope.models.layout import MODEL_FILE, list_model_dirs
+
+        splits = [(k, v) for k, v in (("train", self.train), ("test", self.test), ("holdout", self.holdout)) if v]
+        for i, (a, pa) in enumerate(splits):  # the paths are resolved already, so links count as the same
+            for b, pb in splits[i + 1:]:
+                if pa == pb:
+                    raise ValueError(f"{a!r} and {b!r} name the same folder {pa}; each split needs models of its own")
+        seen: dict[str, tuple[str, str]] = {}
+        for key, zoo in splits:
+            for model_dir in list_model_dirs(zoo):
+                digest = file_sha256(model_dir / MODEL_FILE)
+                if digest in seen and seen[digest][0] != key:
+                    other, name = seen[digest]
+                    raise ValueError(f"{other!r} model {name} and {key!r} model {model_dir.name} are the same file "
+                                     "(equal sha256); a model in two splits leaks the scored models into training")
+                seen.setdefault(digest, (key, model_dir.name))
+        return self
+
 
 class TeamIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -74,7 +96,9 @@ class TeamIn(BaseModel):
 
 def one_line_validation(exc: ValidationError, what: str) -> str:
     err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or what
+    if not err["loc"]:  # a check across fields names its fields in the message
+        return f"{what}: {err['msg']}"
+    loc = ".".join(str(p) for p in err["loc"])
     return f"{what} field {loc!r}: {err['msg']}"
 
 

@@ -17,6 +17,7 @@ import hashlib
 import io
 import math
 import os
+import shlex
 import signal
 import socket
 import threading
@@ -33,6 +34,7 @@ from trojanscope.leaderboard import sandbox
 from trojanscope.leaderboard.db import Job, ModelResult, Submission, make_sessionmaker, utcnow
 from trojanscope.leaderboard.settings import Settings
 from trojanscope.models.layout import list_model_dirs, read_ground_truth
+from trojanscope.provenance import provenance
 
 DEFAULT_P = 0.5
 
@@ -276,10 +278,10 @@ class Worker:
                                           env=env, cwd=work, seed=job_id, progress=False, workers=1)
                 finally:
                     sandbox.kill_tagged(tag)
-            self._finish(job_id, model_map, source, read_results(results_csv), job_dir, zoo)
+            self._finish(job_id, model_map, source, read_results(results_csv), job_dir, zoo, command)
 
     def _finish(self, job_id: int, model_map: list[list[str]], source: dict[str, Path],
-                rows: dict[str, dict[str, Any]], job_dir: Path, zoo: Path) -> None:
+                rows: dict[str, dict[str, Any]], job_dir: Path, zoo: Path, command: str) -> None:
         records = []
         for neutral, real in model_map:
             row = rows.get(neutral) or {"probability": DEFAULT_P, "status": "not_run",
@@ -315,9 +317,9 @@ class Worker:
             elif job.stage == "test":
                 sub.status = "scored"
             s.commit()
-        self._write_report(job_dir, records, scores, zoo)
+        self._write_report(job_dir, records, scores, zoo, command)
 
-    def _write_report(self, job_dir: Path, records: list, scores: dict[str, Any], zoo: Path) -> None:
+    def _write_report(self, job_dir: Path, records: list, scores: dict[str, Any], zoo: Path, command: str) -> None:
         """The harness report over de-neutralised results (organiser view); best effort."""
         if self.scoring.write_report is None:
             return
@@ -333,7 +335,9 @@ class Worker:
         atomic_write_text(report / "results.csv", buf.getvalue())
         atomic_write_json(report / "scores.json", scores)
         atomic_write_json(report / "run.json", {"zoo": str(zoo), "models": [real for _, real, _, _ in records],
-                                                "n_models": len(records), "seed": 0, "command": "submission"})
+                                                "n_models": len(records), "seed": 0,
+                                                # argv words, as `trojanscope evaluate` records them
+                                                "command": shlex.split(command), **provenance()})
         try:
             self.scoring.write_report(report, zoo)
         except Exception as exc:  # noqa: BLE001 - a report failure must never lose a scored job

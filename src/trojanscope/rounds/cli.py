@@ -37,6 +37,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         round6-cpu, dynasent-cpu, round5) train heads on a frozen encoder's summary vectors; image presets
         (round1-cpu; faithful round0/round1 need torchvision) train CNNs on synthetic sign scenes. Examples:
 
+        \b
             trojanscope zoo make --preset round5-cpu --split train --count 8 --out zoo/r5-train --workers 2
             trojanscope zoo make --preset round1-cpu --split test --count 4 --out zoo/r1-test --workers 2
         """
@@ -58,6 +59,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
             cache_path=cache,
             executor=executor,
             progress=not quiet,
+            on_encode=None if quiet else _say_encoding,
         )
         if not quiet:
             typer.echo(f"{len(result.built)} models built, {result.skipped} already present in {out}")
@@ -75,6 +77,14 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         """List the registered round presets with their descriptions."""
         from trojanscope.rounds.preset import PRESETS, load_preset
 
-        for name in PRESETS.names():
+        names = PRESETS.names()
+        width = max(len(n) for n in names)
+        for name in names:
             p, _ = load_preset(name)
-            typer.echo(f"{name:16s} {p.description}")
+            typer.echo(f"{name:{width}} {p.description}")
+
+
+def _say_encoding(n: int, encoder: str, cache_file: Path) -> None:
+    """The one line before a first run's long encoding step, so the wait is not mistaken for a hang."""
+    typer.echo(f"encoding {n:,} texts once with {encoder} (minutes on a CPU; later runs of this preset skip it); "
+               f"cached in {cache_file}", err=True)

@@ -135,8 +135,13 @@ def make_zoo(
     executor: str = "local",
     progress: bool = True,
     on_model: Callable[[BuildOutcome], None] | None = None,
+    on_encode: Callable[[int, str, Path], None] | None = None,
 ) -> ZooResult:
-    """Generate (or resume) ``count`` models of ``split`` from a preset into ``out``."""
+    """Generate (or resume) ``count`` models of ``split`` from a preset into ``out``.
+
+    ``on_encode(n, encoder, cache_file)`` is called before the clean texts not yet in the embedding
+    cache are encoded (the long first-run step of a text preset); never when all are cached.
+    """
     from trojanscope.encoders import CacheStats, EmbeddingCache, encode_cached, get_encoder
     from trojanscope.settings import data_root as resolve_data_root
 
@@ -174,7 +179,8 @@ def make_zoo(
         stats = CacheStats()
         for name in preset.encoder.choices:
             enc = get_encoder(name, max_length=preset.encoder.max_length, summary_rule=preset.encoder.summary_rule)
-            encode_cached(enc, clean, cache, stats=stats, progress=progress)
+            announce = None if on_encode is None else (lambda n, name=name: on_encode(n, name, cache.path))
+            encode_cached(enc, clean, cache, stats=stats, progress=progress, on_encode=announce)
         result.pool_encode = Timing(
             encode_s=stats.seconds, texts=len(clean), encoded=stats.misses, cache_hits=stats.hits
         )

@@ -42,11 +42,16 @@ HTML_TEMPLATE = """<!DOCTYPE html>
  figcaption { font-size: .86em; color: #555; margin-top: .3em; } figcaption b { color: #222; }
  code { background: #f4f4f4; padding: 0 .25em; border-radius: 2px; }
  .cm td { text-align: center; min-width: 5em; }
+ .prov th { background: none; font-weight: normal; color: #666; } .prov td { border: 0; }
+ .warn { background: #fff4dc; border-left: 4px solid #e0a100; padding: .4em .8em; }
 </style></head><body>
 <h1>{{ title }}</h1>
 <p class="sub">zoo <code>{{ zoo }}</code> · {{ scores.n }} models scored · seed {{ run.get('seed', '–') }}
  · {{ run.get('workers', '–') }} worker(s) · limit {{ run.get('time_limit_s', '–') }} s/model
  · finished {{ run.get('finished') or '–' }}</p>
+<table class="prov">{% for label, value in provenance %}<tr><th>{{ label }}</th><td><code>{{ value }}</code></td></tr>
+{% endfor %}</table>
+{% if small_n %}<p class="warn"><b>Warning:</b> {{ small_n }}</p>{% endif %}
 <p>Verdict: {% if scores.get('meets_target') %}<span class="verdict yes">meets the round target</span>{% else %}
 <span class="verdict no">does not meet the round target</span>{% endif %}
  (CE {{ fmt(scores.cross_entropy) }} vs target {{ fmt(scores.get('target_cross_entropy')) }}).</p>
@@ -63,9 +68,10 @@ HTML_TEMPLATE = """<!DOCTYPE html>
 
 <h2>Figures</h2>
 <div class="grid">
-{% for caption_title, caption, src in figures %}<figure{% if loop.index == 4 %} class="half"{% elif loop.index > 4 %}
- class="wide"{% endif %}>
-<img src="{{ src }}" alt="{{ caption_title }}"><figcaption><b>{{ caption_title }}.</b> {{ caption }}</figcaption>
+{% for caption_title, caption, src, svg in figures %}<figure{% if loop.index == 4 %} class="half"{% elif
+ loop.index > 4 %} class="wide"{% endif %}>
+<img src="{{ src }}" alt="{{ caption_title }}"><figcaption><b>{{ caption_title }}.</b> {{ caption }}
+Vector copy beside this report: <code>{{ svg }}</code>.</figcaption>
 </figure>
 {% endfor %}</div>
 

@@ -134,8 +134,10 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
             print_scores(scores, f"{results} on {zoo_dir}")
         _require_scored(scores, str(zoo_dir))
 
-    @app.command(help="Write RUN/report.html (self-contained, figures embedded) and RUN/report.md for a run "
-                 "folder made by `trojanscope evaluate`.\n\nThe report has the headline metrics with their "
+    @app.command(help="Write RUN/report.html (self-contained, figures embedded), RUN/report.md and each figure "
+                 "as RUN/report-NAME.svg for a run folder made by `trojanscope evaluate`.\n\nThe header names the "
+                 "trojanscope version and git commit, the detector and its parameter file with sha256; fewer than "
+                 "20 scored models bring a warning. The report has the headline metrics with their "
                  "meaning, the confusion matrix, ROC curve, reliability diagram (calibration), score histogram by "
                  "class, cross-entropy vs trojan prevalence (1–99%, 10 resamples each, against the base-rate and "
                  "target curves), cross-entropy per METADATA factor level (architecture, embedding, trigger type, "
@@ -146,9 +148,9 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         zoo_dir: Path | None = typer.Option(None, "--zoo", help="Zoo folder; default: the one in run.json."),
     ) -> None:
         from trojanscope.scoring.harness import scores_for
-        from trojanscope.scoring.report import load_run, write_report
+        from trojanscope.scoring.report import command_text, load_run, write_report
 
         html, md = write_report(run_dir, zoo_dir)
         frame, run, zoo_path = load_run(run_dir, zoo_dir)
-        print_scores(scores_for(frame), f"{run.get('detector') or run.get('command') or run_dir} on {zoo_path}")
+        print_scores(scores_for(frame), f"{run.get('detector') or command_text(run) or run_dir} on {zoo_path}")
         typer.echo(f"wrote {html} and {md}")

@@ -30,6 +30,7 @@ import pandas as pd
 from trojanscope.errors import ConfigError, LayoutError
 from trojanscope.fsutil import atomic_write_json, check_writable_dir, file_sha256
 from trojanscope.models.layout import MODEL_FILE, list_model_dirs
+from trojanscope.provenance import provenance
 from trojanscope.scoring._worker import load_detector_spec
 from trojanscope.scoring.metrics import score_all
 from trojanscope.scoring.results import Outcome, ResultsLog, ground_truth_table
@@ -98,7 +99,8 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
                 "models": covered, "cwd": str(cwd) if cwd else None,
                 "limits": limits.__dict__ if limits else None, "env_keys": sorted(env) if env else [],
                 "started": started, "finished": None, "python": sys.version.split()[0],
-                "platform": platform.platform(), "cpus": os.cpu_count(), "model_sha256": model_hashes}
+                "platform": platform.platform(), "cpus": os.cpu_count(), "model_sha256": model_hashes,
+                **_params_used(detector, params), **provenance()}
     atomic_write_json(out / "run.json", run_info)  # written first so a resumed run can be checked against it
     t0 = time.perf_counter()
     if todo:
@@ -222,6 +224,17 @@ def _resolve_command(command: str | Sequence[str], cwd: Path | str | None) -> li
     elif shutil.which(exe) is None:
         raise ConfigError(f"detector command {exe!r} not found on PATH; give a full path or fix --command")
     return argv
+
+
+def _params_used(detector: str | None, params: Path | str | None) -> dict[str, str | None]:
+    """The parameter file the detector actually reads: --params, else the one it ships (default.json), else none."""
+    if detector is not None and params is None:
+        from trojanscope.detectors import shipped_params_file
+
+        params = shipped_params_file(detector)
+    if params is None:
+        return {"params_file": None, "params_file_sha256": None}
+    return {"params_file": str(params), "params_file_sha256": file_sha256(params)}
 
 
 def _check_detector(detector: str, params: Path | str | None) -> None:

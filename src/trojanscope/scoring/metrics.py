@@ -150,7 +150,8 @@ def base_rate_cross_entropy(prevalence: float) -> float:
     pi = float(prevalence)
     if not 0.0 <= pi <= 1.0:
         raise ValueError(f"prevalence must be in [0, 1], got {pi}")
-    return float(-sum(q * math.log(q) for q in (pi, 1.0 - pi) if q > 0))
+    # + 0.0 turns the -0.0 of a one-class set (π = 0 or 1) into 0.0, so no report or API shows "-0.0"
+    return float(-sum(q * math.log(q) for q in (pi, 1.0 - pi) if q > 0)) + 0.0
 
 
 def target_cross_entropy(prevalence: float) -> float:

@@ -1,15 +1,24 @@
-"""Report figures as PNG bytes (matplotlib, Agg backend, nothing shown on screen)."""
+"""Report figures as PNG and SVG bytes (matplotlib, Agg backend, nothing shown on screen)."""
 
 from __future__ import annotations
 
 import io
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 CLEAN, POISONED, ACCENT, GREY = "#4C72B0", "#C44E52", "#55A868", "#8C8C8C"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One rendered figure: PNG for the self-contained page, SVG (vector, for papers) beside it."""
+
+    png: bytes
+    svg: bytes
 
 
 def _plt() -> Any:
@@ -20,19 +29,21 @@ def _plt() -> Any:
 
     plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "axes.spines.top": False,
                          "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.25,
-                         "legend.frameon": False, "figure.dpi": 120})
+                         "legend.frameon": False, "figure.dpi": 120,
+                         "svg.hashsalt": "trojanscope"})  # stable element ids: the same data, the same SVG
     return plt
 
 
-def _png(fig: Any) -> bytes:
-    buf = io.BytesIO()
+def _render(fig: Any) -> Figure:
     fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=120)
+    png, svg = io.BytesIO(), io.BytesIO()
+    fig.savefig(png, format="png", dpi=120)
+    fig.savefig(svg, format="svg", metadata={"Date": None})
     _plt().close(fig)
-    return buf.getvalue()
+    return Figure(png=png.getvalue(), svg=svg.getvalue())
 
 
-def roc_png(y: np.ndarray, p: np.ndarray, auc: float) -> bytes:
+def roc_figure(y: np.ndarray, p: np.ndarray, auc: float) -> Figure:
     """ROC curve with the chance diagonal and the 5% FPR operating line."""
     from sklearn.metrics import roc_curve
 
@@ -46,10 +57,10 @@ def roc_png(y: np.ndarray, p: np.ndarray, auc: float) -> bytes:
     ax.set(xlim=(-0.01, 1.01), ylim=(-0.01, 1.01), xlabel="false-positive rate", ylabel="true-positive rate",
            title="ROC")
     ax.legend(loc="lower right", fontsize=8)
-    return _png(fig)
+    return _render(fig)
 
 
-def reliability_png(y: np.ndarray, p: np.ndarray, bins: int = 10) -> bytes:
+def reliability_figure(y: np.ndarray, p: np.ndarray, bins: int = 10) -> Figure:
     """Reliability diagram: observed poisoned fraction per probability bin (marker size ∝ count)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(3.6, 3.4))
@@ -70,10 +81,10 @@ def reliability_png(y: np.ndarray, p: np.ndarray, bins: int = 10) -> bytes:
     ax.set(xlim=(-0.02, 1.02), ylim=(-0.02, 1.02), xlabel="mean predicted P(poisoned)",
            ylabel="observed fraction poisoned", title="Reliability")
     ax.legend(loc="lower right", fontsize=8)
-    return _png(fig)
+    return _render(fig)
 
 
-def histogram_png(y: np.ndarray, p: np.ndarray) -> bytes:
+def histogram_figure(y: np.ndarray, p: np.ndarray) -> Figure:
     """Score distribution of clean and poisoned models."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(3.6, 3.4))
@@ -83,10 +94,10 @@ def histogram_png(y: np.ndarray, p: np.ndarray) -> bytes:
     ax.axvline(0.5, color=GREY, lw=0.8, ls="--")
     ax.set(xlim=(0, 1), xlabel="predicted P(poisoned)", ylabel="models", title="Scores by class")
     ax.legend(loc="upper center", fontsize=8)
-    return _png(fig)
+    return _render(fig)
 
 
-def prevalence_png(sweep: pd.DataFrame) -> bytes:
+def prevalence_figure(sweep: pd.DataFrame) -> Figure:
     """CE vs trojan prevalence with the base-rate and target curves (shaded ±1 std over resamples)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.2, 3.4))
@@ -100,10 +111,10 @@ def prevalence_png(sweep: pd.DataFrame) -> bytes:
     ax.set(xlim=(0, 100), ylim=(0, max(0.8, min(top * 1.1, 3.0))), xlabel="trojan prevalence (%)",
            ylabel="cross-entropy (nats)", title="Cross-entropy vs prevalence (10 resamples per point)")
     ax.legend(loc="upper right", fontsize=8)
-    return _png(fig)
+    return _render(fig)
 
 
-def factor_png(table: pd.DataFrame, overall_ce: float) -> bytes:
+def factor_figure(table: pd.DataFrame, overall_ce: float) -> Figure:
     """Horizontal bars of CE per level, one panel per factor, counts in the labels."""
     plt = _plt()
     factors = list(dict.fromkeys(table["factor"]))
@@ -127,4 +138,4 @@ def factor_png(table: pd.DataFrame, overall_ce: float) -> bytes:
     for ax in list(axes.flat)[len(factors):]:
         ax.axis("off")
     fig.supxlabel("cross-entropy per level (dashed: ln 2 = coin flip; dotted: overall)", fontsize=8)
-    return _png(fig)
+    return _render(fig)

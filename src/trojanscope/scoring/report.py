@@ -1,8 +1,10 @@
 """The run report: one self-contained HTML page (figures embedded as PNG) and a Markdown summary.
 
 ``write_report(run_dir)`` reads ``results.csv`` and ``run.json`` from a run folder, joins the
-zoo's ground truth and METADATA, and writes ``report.html``, ``report.md``, ``breakdown.csv``
-and ``prevalence.csv`` next to them. Works for any results file in the harness's format.
+zoo's ground truth and METADATA, and writes ``report.html``, ``report.md``, ``breakdown.csv``,
+``prevalence.csv`` and each figure as ``report-<name>.svg`` next to them. The header says which
+trojanscope (version, git commit), detector and parameter file (with its sha256) made the run.
+Works for any results file in the harness's format.
 """
 
 from __future__ import annotations
@@ -10,18 +12,21 @@ from __future__ import annotations
 import base64
 import json
 import math
+import shlex
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from trojanscope.errors import LayoutError
-from trojanscope.fsutil import atomic_write_text
+from trojanscope.fsutil import atomic_write_bytes, atomic_write_text
 from trojanscope.scoring import plots
 from trojanscope.scoring._template import HTML_TEMPLATE, METRIC_HELP
 from trojanscope.scoring.breakdown import factor_table, prevalence_sweep, read_factor_metadata
 from trojanscope.scoring.harness import scores_for
 from trojanscope.scoring.results import align_with_zoo, read_results_csv
+
+SMALL_N = 20  # below this many scored models the report warns that its intervals mean little
 
 
 def load_run(run_dir: Path | str, zoo: Path | str | None = None) -> tuple[pd.DataFrame, dict[str, Any], Path]:
@@ -54,8 +59,17 @@ def _fmt(value: Any, digits: int = 4) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.{digits}f}"
+        text = f"{value:.{digits}f}"
+        return text[1:] if text.startswith("-") and float(text) == 0 else text  # never "-0.0000"
     return str(value)
+
+
+def command_text(run: dict[str, Any]) -> str:
+    """The run's command line as one string: ``run.json`` keeps argv words; older runs kept one string."""
+    command = run.get("command")
+    if not command:
+        return ""
+    return command if isinstance(command, str) else shlex.join(str(w) for w in command)
 
 
 def write_report(run_dir: Path | str, zoo: Path | str | None = None) -> tuple[Path, Path]:
@@ -77,26 +91,32 @@ def write_report(run_dir: Path | str, zoo: Path | str | None = None) -> tuple[Pa
     factors.to_csv(run_dir / "breakdown.csv", index=False)
     sweep.to_csv(run_dir / "prevalence.csv", index=False)
 
-    figures = [("ROC curve", "Ranking quality: AUC is the chance a random poisoned model outscores a random clean one.",
-                plots.roc_png(y, p, scores["roc_auc"])),
-               ("Reliability diagram", "Calibration: points on the diagonal mean the probabilities can be taken "
-                "literally; cross-entropy punishes points far from it.", plots.reliability_png(y, p)),
-               ("Score histogram", "Separation of the two classes; the dashed line is the 0.5 threshold of the "
-                "confusion matrix.", plots.histogram_png(y, p))]
+    figures = [("roc", "ROC curve", "Ranking quality: AUC is the chance a random poisoned model outscores a random "
+                "clean one.", plots.roc_figure(y, p, scores["roc_auc"])),
+               ("reliability", "Reliability diagram", "Calibration: points on the diagonal mean the probabilities "
+                "can be taken literally; cross-entropy punishes points far from it.", plots.reliability_figure(y, p)),
+               ("histogram", "Score histogram", "Separation of the two classes; the dashed line is the 0.5 threshold "
+                "of the confusion matrix.", plots.histogram_figure(y, p))]
     if len(sweep):
-        figures.append(("Cross-entropy vs prevalence", "Each point re-samples the scored models to that trojan "
-                        "prevalence 10 times; below the dotted target curve the detector meets the round's goal.",
-                        plots.prevalence_png(sweep)))
+        figures.append(("prevalence", "Cross-entropy vs prevalence", "Each point re-samples the scored models to "
+                        "that trojan prevalence 10 times; below the dotted target curve the detector meets the "
+                        "round's goal.", plots.prevalence_figure(sweep)))
     if len(factors):
-        figures.append(("Cross-entropy per factor level", "Trigger-level factors score each level's poisoned "
-                        "models together with all clean models. Red bars are worse than a coin flip.",
-                        plots.factor_png(factors, scores["cross_entropy"])))
+        figures.append(("factors", "Cross-entropy per factor level", "Trigger-level factors score each level's "
+                        "poisoned models together with all clean models. Red bars are worse than a coin flip.",
+                        plots.factor_figure(factors, scores["cross_entropy"])))
+    for stale in run_dir.glob("report-*.svg"):  # a figure this run no longer has must not linger beside it
+        stale.unlink()
+    for slug, _, _, figure in figures:
+        atomic_write_bytes(run_dir / f"report-{slug}.svg", figure.svg)
 
-    title = f"{run.get('detector') or ' '.join(run.get('command') or []) or 'detector'} on {zoo_path.name}"
+    title = f"{run.get('detector') or command_text(run) or 'detector'} on {zoo_path.name}"
     failed = frame[frame["status"] != "ok"][["model_name", "status", "reason"]]
     context = {
-        "title": title, "run": run, "zoo": str(zoo_path), "scores": scores, "fmt": _fmt, "help": METRIC_HELP,
-        "headline": headline(scores), "figures": [(t, cap, _b64(png)) for t, cap, png in figures],
+        "title": title, "run": {**run, "command": command_text(run) or None},
+        "zoo": str(zoo_path), "scores": scores, "fmt": _fmt, "help": METRIC_HELP,
+        "headline": headline(scores), "provenance": provenance_rows(run), "small_n": small_n_warning(scores),
+        "figures": [(t, cap, _b64(fig.png), f"report-{slug}.svg") for slug, t, cap, fig in figures],
         "factors": factors.to_dict("records"), "failed": failed.head(50).to_dict("records"),
         "n_failed_total": len(failed), "missing_truth": scores["missing_ground_truth"],
     }
@@ -104,8 +124,37 @@ def write_report(run_dir: Path | str, zoo: Path | str | None = None) -> tuple[Pa
     html = env.from_string(HTML_TEMPLATE).render(**context)
     html_path, md_path = run_dir / "report.html", run_dir / "report.md"
     atomic_write_text(html_path, html)
-    atomic_write_text(md_path, _markdown(title, run, zoo_path, scores, factors, failed))
+    atomic_write_text(md_path, _markdown(title, run, zoo_path, scores, factors, failed,
+                                         [f"report-{slug}.svg" for slug, *_ in figures]))
     return html_path, md_path
+
+
+def provenance_rows(run: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) rows naming the code, detector and parameters behind a run, as run.json records them."""
+    command = command_text(run)
+    params = run.get("params_file") or run.get("params")
+    digest = run.get("params_file_sha256") or run.get("params_sha256")
+    code = run.get("trojanscope_version") or "version not recorded"
+    if run.get("trojanscope_commit"):
+        code += f" (git commit {run['trojanscope_commit']})"
+    if params:
+        used = f"{params} (sha256 {digest or 'not recorded'})"
+    elif run.get("detector"):
+        used = "none (this detector reads no parameter file)"
+    else:
+        used = "not recorded (an external command reads its own)"
+    detector = run.get("detector") or (f"command {command}" if command else "not recorded")
+    return [("trojanscope", code), ("detector", detector), ("parameters", used)]
+
+
+def small_n_warning(scores: dict[str, Any]) -> str | None:
+    """A warning when too few models were scored for the intervals to mean much, else None."""
+    n = scores["n"]
+    if n >= SMALL_N:
+        return None
+    return (f"Only {n} models were scored ({scores['n_poisoned']} poisoned, {scores['n_clean']} clean): with fewer "
+            f"than {SMALL_N} the 95% interval, the per-factor rows and the prevalence sweep are too wide to mean "
+            "much; score a larger zoo before citing these numbers.")
 
 
 def headline(s: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -127,9 +176,16 @@ def headline(s: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def _markdown(title: str, run: dict[str, Any], zoo: Path, s: dict[str, Any], factors: pd.DataFrame,
-              failed: pd.DataFrame) -> str:
-    lines = [f"# {title}", "", f"Zoo: `{zoo}`  ", f"Seed {run.get('seed', '–')}, workers {run.get('workers', '–')}, "
-             f"time limit {run.get('time_limit_s', '–')} s per model.", "", "| metric | value |", "|---|---|"]
+              failed: pd.DataFrame, svgs: list[str]) -> str:
+    lines = [f"# {title}", "", f"Zoo: `{zoo}`  "]
+    lines += [f"{label.capitalize() if label != 'trojanscope' else label}: {value}  " for label, value in
+              provenance_rows(run)]
+    lines += [f"Seed {run.get('seed', '–')}, workers {run.get('workers', '–')}, "
+              f"time limit {run.get('time_limit_s', '–')} s per model."]
+    warning = small_n_warning(s)
+    if warning:
+        lines += ["", f"> **Warning:** {warning}"]
+    lines += ["", "| metric | value |", "|---|---|"]
     lines += [f"| {name} | {value} |" for name, value, _ in headline(s)]
     lines += ["", f"Confusion matrix at p ≥ 0.5: TP {s['confusion_tp']}, FP {s['confusion_fp']}, "
               f"FN {s['confusion_fn']}, TN {s['confusion_tn']}."]
@@ -142,6 +198,6 @@ def _markdown(title: str, run: dict[str, Any], zoo: Path, s: dict[str, Any], fac
         lines += ["", "## Per factor", "", "| factor | level | n (P/C) | CE | AUC |", "|---|---|---|---|---|"]
         lines += [f"| {r.factor} | {r.level} | {r.n} ({r.n_poisoned}/{r.n_clean}) | {_fmt(r.cross_entropy)} | "
                   f"{_fmt(r.roc_auc, 3)} |" for r in factors.itertuples()]
-    lines += ["", "Figures and definitions: report.html. Per-level numbers: breakdown.csv; "
-              "prevalence sweep: prevalence.csv.", ""]
+    lines += ["", f"Figures and definitions: report.html; the figures as SVG: {', '.join(svgs)}. Per-level "
+              "numbers: breakdown.csv; prevalence sweep: prevalence.csv.", ""]
     return "\n".join(lines)
