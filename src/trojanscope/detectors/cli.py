@@ -93,8 +93,8 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
 
         width = max(map(len, DETECTORS.names()))
         for name in DETECTORS.names():
-            typer.echo(f"{name:<{width}}  {DETECTORS.help(name)}")
+            typer.echo(f"{name:<{width}} {DETECTORS.help(name)}")  # aligned to the longest name
             if getattr(DETECTORS.get(name), "shipped", None):
                 fitted = getattr(load_detector(name), "trained_on_", {})
-                typer.echo(f"{'':<{width}}  shipped parameters fitted on {fitted.get('n_models', '?')} "
+                typer.echo(f"{'':<{width}} shipped parameters fitted on {fitted.get('n_models', '?')} "
                            f"{fitted.get('preset', '')} models: {domain.describe(fitted.get('domain'))}")
