@@ -263,3 +263,20 @@ def test_on_encode_announces_only_what_the_encoder_will_do(tmp_path):
     encode_cached(CountingEncoder(), ["a", "b", "c"], cache, on_encode=calls.append)
     encode_cached(CountingEncoder(), ["c", "a"], cache, on_encode=calls.append)  # all cached: no announcement
     assert calls == [2, 1]
+
+
+def test_memory_cache_snapshot_serves_the_same_vectors_as_the_file(tmp_path):
+    """What a Ray worker gets instead of the SQLite file: the driver's vectors, bit for bit."""
+    import pickle
+
+    from trojanscope.encoders import MemoryCache
+
+    disk, enc = EmbeddingCache(tmp_path / "e.sqlite"), CountingEncoder()
+    first = encode_cached(enc, ["a", "b", "c"], disk)
+    mem = pickle.loads(pickle.dumps(MemoryCache.snapshot(disk, enc.fingerprint, ["a", "b", "c", "zzz"])))
+    assert mem.count() == 3
+    enc2 = CountingEncoder()
+    again = encode_cached(enc2, ["c", "a", "d"], mem)
+    assert enc2.seen == ["d"]  # only the text the driver never encoded
+    np.testing.assert_array_equal(again[:2], first[[2, 0]])
+    assert mem.count(enc.fingerprint) == 4

@@ -6,7 +6,7 @@ local Hugging Face model folder, or an HF id already in the local cache, works t
 torch/transformers load only when an encoder is built, so importing this package is cheap.
 """
 
-from trojanscope.encoders.cache import CacheStats, EmbeddingCache, encode_cached, prepare_cache, text_key
+from trojanscope.encoders.cache import CacheStats, EmbeddingCache, MemoryCache, encode_cached, prepare_cache, text_key
 from trojanscope.encoders.encoder import SUMMARY_RULES, Encoder, encoder_for_config, get_encoder, summarize
 from trojanscope.encoders.sources import ENCODERS, EncoderError, EncoderSpec
 
@@ -18,6 +18,7 @@ __all__ = [
     "Encoder",
     "EncoderError",
     "EncoderSpec",
+    "MemoryCache",
     "prepare_cache",
     "encode_cached",
     "encoder_for_config",

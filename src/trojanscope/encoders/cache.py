@@ -200,10 +200,56 @@ class EmbeddingCache:
             return conn.execute("SELECT COUNT(*) FROM embeddings WHERE namespace = ?", (namespace,)).fetchone()[0]
 
 
+class MemoryCache:
+    """EmbeddingCache's interface over a dict in this process: the cache of a worker on a cluster.
+
+    A zoo job on Ray does not assume a disk shared between nodes (SQLite on a network file system is
+    not safe): the driver encodes the clean pools once into its own cache, takes a :meth:`snapshot`
+    of those vectors, and ships it to every worker through Ray's object store; a worker adds the few
+    texts it encodes itself (triggered copies) to its own copy. First stored vector wins, as on disk.
+    """
+
+    path = Path("<in-memory embedding cache>")
+
+    def __init__(self, entries: dict[str, dict[bytes, np.ndarray]] | None = None) -> None:
+        self.entries: dict[str, dict[bytes, np.ndarray]] = {ns: dict(d) for ns, d in (entries or {}).items()}
+
+    @classmethod
+    def snapshot(cls, cache: EmbeddingCache, namespace: str, texts: Sequence[str]) -> MemoryCache:
+        """The vectors ``cache`` holds for ``texts`` in ``namespace`` (read once, in the driver)."""
+        found = cache.get_many(namespace, texts)
+        return cls({namespace: {text_key(texts[i]): vec for i, vec in found.items()}})
+
+    def merge(self, other: MemoryCache) -> MemoryCache:
+        for ns, d in other.entries.items():
+            self.entries.setdefault(ns, {}).update(d)
+        return self
+
+    def get_many(self, namespace: str, texts: Sequence[str]) -> dict[int, np.ndarray]:
+        table = self.entries.get(namespace, {})
+        out = {}
+        for i, t in enumerate(texts):
+            vec = table.get(text_key(t))
+            if vec is not None:
+                out[i] = vec
+        return out
+
+    def put_many(self, namespace: str, texts: Sequence[str], vectors: np.ndarray) -> None:
+        table = self.entries.setdefault(namespace, {})
+        for t, v in zip(texts, np.asarray(vectors, dtype=np.float32), strict=True):
+            table.setdefault(text_key(t), v.copy())
+
+    def count(self, namespace: str | None = None) -> int:
+        return sum(len(d) for ns, d in self.entries.items() if namespace is None or ns == namespace)
+
+    def close(self) -> None:
+        pass
+
+
 def encode_cached(
     encoder: Encoder,
     texts: Sequence[str],
-    cache: EmbeddingCache | None,
+    cache: EmbeddingCache | MemoryCache | None,
     stats: CacheStats | None = None,
     batch_size: int = 64,
     progress: bool = False,

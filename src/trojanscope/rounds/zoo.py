@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -28,6 +28,9 @@ from trojanscope.rounds.executor import make_executor
 from trojanscope.rounds.factors import draw_plan
 from trojanscope.rounds.preset import SPLITS, AnyPreset, Preset, load_preset
 from trojanscope.rounds.writer import METADATA_DICTIONARY
+
+if TYPE_CHECKING:
+    from trojanscope.encoders import MemoryCache
 
 _STATE: dict[str, Any] = {}
 
@@ -45,10 +48,12 @@ def _worker_init(
     preset: AnyPreset,
     pools: dict[str, SourcePool],
     models_dir: str,
-    cache_path: str | None,
+    cache_path: str | MemoryCache | None,
     clean_texts: frozenset[str],
     data_root: str | None = None,
 ) -> None:
+    """Per-worker state. ``cache_path``: the SQLite cache file (local processes), or an in-memory snapshot
+    of the pool vectors (Ray: no disk shared between nodes is assumed)."""
     if preset.modality == "image":
         from trojanscope.rounds.image_round import load_assets
 
@@ -60,7 +65,7 @@ def _worker_init(
         preset=preset,
         pools=pools,
         models_dir=Path(models_dir),
-        cache=EmbeddingCache(cache_path) if cache_path else None,
+        cache=EmbeddingCache(cache_path) if isinstance(cache_path, str) else cache_path,
         clean_texts=clean_texts,
     )
 
@@ -142,7 +147,7 @@ def make_zoo(
     ``on_encode(n, encoder, cache_file)`` is called before the clean texts not yet in the embedding
     cache are encoded (the long first-run step of a text preset); never when all are cached.
     """
-    from trojanscope.encoders import CacheStats, EmbeddingCache, encode_cached, get_encoder
+    from trojanscope.encoders import CacheStats, EmbeddingCache, MemoryCache, encode_cached, get_encoder
     from trojanscope.settings import data_root as resolve_data_root
 
     if count <= 0:
@@ -184,11 +189,17 @@ def make_zoo(
         result.pool_encode = Timing(
             encode_s=stats.seconds, texts=len(clean), encoded=stats.misses, cache_hits=stats.hits
         )
+        worker_cache: str | MemoryCache = str(cache.path)
+        if executor == "ray":  # ship the pool vectors through the object store, not a file every node must see
+            worker_cache = MemoryCache()
+            for name in preset.encoder.choices:
+                enc = get_encoder(name, max_length=preset.encoder.max_length, summary_rule=preset.encoder.summary_rule)
+                worker_cache.merge(MemoryCache.snapshot(cache, enc.fingerprint, clean))
         ex = make_executor(
             executor,
             workers,
             init=_worker_init,
-            init_args=(preset, pools, str(models_dir), str(cache.path), frozenset(clean)),
+            init_args=(preset, pools, str(models_dir), worker_cache, frozenset(clean)),
         )
         _run(ex, todo, result, out, preset, split, progress, on_model)
     result.metadata = write_metadata(out)
