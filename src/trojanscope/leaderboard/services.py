@@ -197,18 +197,19 @@ def create_submission(s: Session, settings: Settings, rnd: Round, team: Team, up
     try:
         archive.safe_extract(upload, staging / "files", max_files=settings.max_files,
                              max_bytes=settings.max_extracted_bytes)
-        command = archive.read_manifest(staging / "files")
+        manifest = archive.load_manifest(staging / "files")
         digest = hashlib.sha256()
         with upload.open("rb") as fh:
             while chunk := fh.read(1 << 20):
                 digest.update(chunk)
         shutil.copyfile(upload, staging / ("upload.zip" if archive.archive_kind(upload) == "zip" else "upload.tar.gz"))
         sub = Submission(round_id=rnd.id, team_id=team.id, filename=_clean_filename(filename),
-                         size_bytes=upload.stat().st_size, sha256=digest.hexdigest(), command=command)
+                         size_bytes=upload.stat().st_size, sha256=digest.hexdigest(), command=manifest.command)
         s.add(sub)
         s.flush()
         _check_rate(s, settings, team, including_new=True)  # under the write lock: concurrent uploads count too
-        s.add(Job(submission_id=sub.id, stage="smoke", priority=0))
+        # A submission that asks for it is first refitted on the round's train split (TrojAI's configure mode).
+        s.add(Job(submission_id=sub.id, stage="configure" if manifest.configure else "smoke", priority=0))
         final = root / str(sub.id)
         if final.exists():  # a leftover of a rolled-back attempt that reused the id
             shutil.rmtree(final)
