@@ -10,7 +10,7 @@ import shutil
 import tempfile
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlalchemy import func, select
@@ -20,6 +20,9 @@ from trojanscope.errors import ConfigError, TrojanscopeError
 from trojanscope.leaderboard import archive, security
 from trojanscope.leaderboard.db import Job, Round, Submission, Team, utcnow
 from trojanscope.leaderboard.settings import Settings
+
+if TYPE_CHECKING:
+    from trojanscope.leaderboard.download import SplitArchive
 
 NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 
@@ -155,6 +158,25 @@ def load_rounds_file(s: Session, path: Path) -> list[str]:
             create_round(s, spec)
             added.append(spec.name)
     return added
+
+
+def train_archive(rnd: Round) -> SplitArchive:
+    """The round's train split as a streamable tar archive (the only split that may leave the server)."""
+    from trojanscope.leaderboard.download import SplitArchive
+
+    if rnd.status == "pending":
+        raise ConflictError(f"round {rnd.name!r} is not open yet; its train split is published when it opens")
+    train = Path(rnd.train_dir).resolve()
+    for split, folder in (("test", rnd.test_dir), ("holdout", rnd.holdout_dir)):
+        if folder is None:
+            continue
+        other = Path(folder).resolve()
+        if other == train or other in train.parents or train in other.parents:
+            raise ConflictError(f"round {rnd.name!r}: the train folder {train} overlaps the {split} split "
+                                f"({other}), which never leaves the server; register separate folders")
+    if not train.is_dir():
+        raise NotFoundError(f"round {rnd.name!r}: train folder {train} is missing on the server")
+    return SplitArchive(train, f"{rnd.name}-train")
 
 
 # teams --------------------------------------------------------------------------------------------
