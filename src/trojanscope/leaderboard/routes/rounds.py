@@ -89,7 +89,8 @@ def split_info(name: str, split: str, s: SessionDep, settings: SettingsDep, admi
             "sha256": archive.sha256(settings.data_dir / "downloads")}
 
 
-@router.api_route("/{name}/splits/{split}", methods=["GET", "HEAD"], response_model=None)
+@router.get("/{name}/splits/{split}", response_model=None)
+@router.head("/{name}/splits/{split}", response_model=None, include_in_schema=False)
 def download_split(name: str, split: str, request: Request, s: SessionDep, admin: AdminFlag,
                    token: BearerDep) -> Response:
     """The train split as a streamed tar archive (team token). ``Range: bytes=N-`` resumes a partial download;
