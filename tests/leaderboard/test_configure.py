@@ -4,6 +4,7 @@ train split in the sandbox, under its own time limit, before its smoke and test 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,34 @@ def test_configure_failures_stop_the_submission(client, settings, setup_round, t
         assert "configure_failed" in client.get(f"/submissions/{sub_id}").text
     bad = upload(client, tokens["crash"], submission_bytes(manifest='command = "python d.py"\nconfigure = "yes"\n'))
     assert bad.status_code == 400 and "configure must be true or false" in bad.json()["detail"]
+
+
+# Configure mode writes a number; the normal invocation answers it: proof of what reaches each stage.
+ECHO = b"""import os, sys
+args = sys.argv[1:]
+def arg(name):
+    return args[args.index(name) + 1] if name in args else None
+if "--configure_mode" in args:
+    labels = [open(os.path.join(arg("--configure_models_dirpath"), m, "ground_truth.csv")).read().strip()
+              for m in sorted(os.listdir(arg("--configure_models_dirpath"))) if m.startswith("m-")]
+    open(os.path.join(arg("--learned_parameters_dirpath"), "p.txt"), "w").write(str(0.2 + 0.1 * len(labels)))
+else:
+    open(arg("--result_filepath"), "w").write(open(os.path.join(arg("--learned_parameters_dirpath"), "p.txt")).read())
+"""
+
+
+def test_learned_parameters_reach_every_later_stage(client, settings, setup_round, zoos) -> None:  # type: ignore[no-untyped-def]
+    tokens = setup_round(("echo",), smoke_models=2)
+    archive = submission_bytes(manifest=CONFIGURE, extra={"detector.py": ECHO})
+    sub_id = upload(client, tokens["echo"], archive).json()["id"]
+    w = Worker(settings)
+    assert w.run_until_idle(max_jobs=2) == 2  # configure, smoke
+    jobs = _jobs(client, sub_id)
+    assert [r.probability for r in jobs["smoke"].results] == [pytest.approx(0.6)] * 2  # 4 labelled train models
+    # the kept parameters vanish before the test stage: a one-line failure, not a crashed worker
+    store = settings.data_dir / "submissions" / str(sub_id) / "learned_parameters"
+    shutil.rmtree(store)
+    assert w.run_until_idle() == 1
+    test = _jobs(client, sub_id)["test"]
+    assert test.status == "failed" and "learned parameters are gone" in test.error
+    assert client.get(f"/api/submissions/{sub_id}").json()["status"] == "failed"

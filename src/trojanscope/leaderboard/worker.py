@@ -47,6 +47,10 @@ class RoundClosedError(TrojanscopeError):
     """A smoke or test job whose round closed while it waited: not run (the leaderboard is frozen)."""
 
 
+class ConfiguredParametersMissing(TrojanscopeError):  # noqa: N818 - reads as the reason shown to the team
+    """A configured submission's kept learned parameters vanished (the data folder was pruned or moved)."""
+
+
 class WorkerStopped(BaseException):  # noqa: N818 - BaseException so harness code cannot swallow it
     """Raised in the worker's main thread on SIGINT/SIGTERM: the job goes back to the queue."""
 
@@ -272,6 +276,10 @@ class Worker:
                 return
             learned_args: list[str] = []
             if configured:  # a copy per job, so no run can alter what the next one reads
+                if not learned_store.is_dir():
+                    raise ConfiguredParametersMissing(
+                        f"{learned_store}: this submission's configure step finished but its learned parameters "
+                        "are gone from the data folder; re-upload the submission to configure it again")
                 learned = sandbox.copy_submission(learned_store, job_dir / LEARNED_DIR)
                 learned_args = ["--learned_parameters_dirpath", str(learned)]
             results_csv = out / "results.csv"
