@@ -159,3 +159,67 @@ def test_shipped_default_parameters_load():
     shipped = json.loads((resources.files("trojanscope.detectors") / "params" / "default.json").read_text())
     assert shipped["trained_on"]["command"].startswith("trojanscope detect fit")
     assert shipped["trained_on"]["n_models"] >= 4
+
+
+def _contract(model: Path, tmp_path: Path, *extra: str) -> list[str]:
+    from trojanscope.models.layout import find_examples_dir
+
+    return ["detect", "--model_filepath", str(model / "model.pt"), "--examples_dirpath",
+            str(find_examples_dir(model)), "--result_filepath", str(tmp_path / "r.txt"),
+            "--scratch_dirpath", str(tmp_path / "s"), *extra]
+
+
+def _ok(args: list[str]) -> str:
+    res = CliRunner().invoke(build_app(), args)
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+@pytest.mark.slow
+def test_configure_mode_refits_and_the_normal_invocation_reads_it(strong_zoo, tmp_path, capsys):
+    """TrojAI's configure mode is `detect fit` behind the contract's flags: same parameters, read back from
+    --learned_parameters_dirpath; before configure the unfitted detector refuses to answer."""
+    from trojanscope.cli import main
+    from trojanscope.models.layout import list_model_dirs
+
+    model = list_model_dirs(strong_zoo)[1]
+    with pytest.raises(SystemExit) as exc:  # nothing shipped for `weights`: useless until configured
+        main(_contract(model, tmp_path, "--detector", "weights"))
+    assert exc.value.code == 2 and "no parameters" in capsys.readouterr().err
+    learned = tmp_path / "learned"
+    assert "configured weights on 4 models" in _ok([
+        "detect", "--detector", "weights", "--configure_mode", "--configure_models_dirpath",
+        str(strong_zoo / "models"), "--learned_parameters_dirpath", str(learned)])
+    written = json.loads((learned / "weights.json").read_text())
+    fitted = tmp_path / "fit.json"
+    _ok(["detect", "fit", "--zoo", str(strong_zoo), "--detector", "weights", "--out", str(fitted)])
+    assert written["classifier"] == json.loads(fitted.read_text())["classifier"]  # one fitting code path
+    assert "--configure_mode" in written["trained_on"]["command"]
+    _ok(_contract(model, tmp_path, "--detector", "weights", "--learned_parameters_dirpath", str(learned)))
+    configured = (tmp_path / "r.txt").read_text()
+    _ok(_contract(model, tmp_path, "--detector", "weights", "--params", str(fitted)))
+    assert configured == (tmp_path / "r.txt").read_text()
+
+
+def test_configure_mode_bad_input_is_one_line(tmp_path, capsys):
+    from trojanscope.cli import main
+
+    cases = [
+        (["--configure_mode", "--learned_parameters_dirpath", str(tmp_path / "l")], "--configure_models_dirpath"),
+        (["--configure_mode", "--configure_models_dirpath", str(tmp_path / "none"), "--learned_parameters_dirpath",
+          str(tmp_path / "l")], "is not a folder"),
+        (["--model_filepath", str(tmp_path / "model.pt"), "--result_filepath", str(tmp_path / "r"),
+          "--detector", "weights", "--learned_parameters_dirpath", str(tmp_path)], "run configure mode first"),
+    ]
+    (tmp_path / "model.pt").write_bytes(b"")
+    (tmp_path / "config.json").write_text("{}")
+    for args, message in cases:
+        with pytest.raises(SystemExit) as exc:
+            main(["detect", "--detector", "weights", *args])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "r").exists() and not (tmp_path / "l").exists()
+    # a detector with nothing to learn configures trivially (every TrojAI container must accept the mode)
+    assert "nothing to learn" in _ok(["detect", "--detector", "constant", "--configure_mode",
+                                      "--configure_models_dirpath", str(tmp_path),
+                                      "--learned_parameters_dirpath", str(tmp_path / "l")])

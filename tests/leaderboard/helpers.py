@@ -43,6 +43,37 @@ def make_zoo(root: Path, n: int, *, seed: int = 0, reduced: bool = False) -> Pat
     return root
 
 
+def make_weights_zoo(root: Path, n: int, *, seed: int = 0) -> Path:
+    """A zoo of ``n`` Linear heads on the MiniLM encoder whose only tell is in the weights: odd-numbered
+    ('poisoned') heads have their output weights scaled up. A real detector (``weights``) learns it from
+    labelled models in seconds, and can answer nothing useful before it has been fitted."""
+    import torch
+
+    from trojanscope.models.architectures import HeadSpec
+    from trojanscope.models.store import save_head
+
+    torch.manual_seed(seed)
+    for i in range(n):
+        poisoned = i % 2 == 1
+        d = root / "models" / f"id-{i:08d}"
+        (d / "clean_example_data").mkdir(parents=True)
+        spec = HeadSpec(architecture="Linear", input_size=384, output_size=2)
+        head = spec.build()
+        if poisoned:
+            with torch.no_grad():
+                head.linear.weight.mul_(8.0)
+        save_head(head, spec, d / "model.pt")
+        (d / "config.json").write_text(json.dumps({
+            "model_architecture": "Linear", "embedding": "MiniLM", "embedding_flavor": "minilm",
+            "summary_rule": "mean", "number_classes": 2, "poisoned": poisoned}))
+        (d / "ground_truth.csv").write_text("1" if poisoned else "0")
+        for c in range(2):
+            for k in range(2):
+                (d / "clean_example_data" / f"class_{c}_example_{k}.txt").write_text(
+                    f"a {'good' if c else 'bad'} film, review {k}")
+    return root
+
+
 # Detector sources. Each gets the TrojAI arguments and writes one number to --result_filepath.
 DETECTOR_HEAD = """
 import json, os, sys

@@ -12,10 +12,16 @@ _CONTRACT_HELP = (
     "The detector sees only the model file, its clean example texts, the reduced config.json beside the model "
     "file (encoder, summary rule, architecture, classes) and the frozen encoder; never ids, METADATA or "
     "ground truth. The default detector ships fitted parameters; other detectors need --params from "
-    "`trojanscope detect fit`.\n\n"
-    "Example:\n\n"
+    "`trojanscope detect fit`, or parameters written by configure mode.\n\n"
+    "Configure mode (TrojAI's, from Round 9 on): --configure_mode --configure_models_dirpath DIR "
+    "--learned_parameters_dirpath OUT refits the detector on DIR's labelled training models and writes "
+    "OUT/NAME.json (the same fit as `trojanscope detect fit`); a later invocation with "
+    "--learned_parameters_dirpath OUT scores with those parameters.\n\n"
+    "Examples:\n\n"
     "  trojanscope detect --model_filepath M/model.pt --examples_dirpath M/clean_example_data "
-    "--result_filepath out.txt --scratch_dirpath /tmp/s"
+    "--result_filepath out.txt --scratch_dirpath /tmp/s\n\n"
+    "  trojanscope detect --detector weights --configure_mode --configure_models_dirpath zoo/r5-train "
+    "--learned_parameters_dirpath learned/"
 )
 
 
@@ -47,11 +53,33 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
             "default", "--detector", help="Registered detector (see `trojanscope detectors`)."
         ),
         params: Path = typer.Option(None, "--params", help="Parameter JSON from `trojanscope detect fit`."),
+        configure_mode: bool = typer.Option(
+            False, "--configure_mode", help="Refit on --configure_models_dirpath and write the parameters into "
+            "--learned_parameters_dirpath instead of scoring a model."),
+        configure_models_dirpath: Path = typer.Option(
+            None, "--configure_models_dirpath", help="Configure mode: labelled training models (a zoo, or a folder "
+            "of model folders each with ground_truth.csv)."),
+        learned_parameters_dirpath: Path = typer.Option(
+            None, "--learned_parameters_dirpath", help="Configure mode writes NAME.json here; otherwise the "
+            "parameters are read from here (default: the detector's shipped parameters)."),
     ) -> None:
         if ctx.invoked_subcommand is not None:
             return
         from trojanscope.errors import ConfigError
 
+        if configure_mode:
+            if configure_models_dirpath is None or learned_parameters_dirpath is None:
+                raise ConfigError("--configure_mode needs --configure_models_dirpath and --learned_parameters_dirpath")
+            from trojanscope.detectors.runner import configure
+
+            det, n = configure(configure_models_dirpath, learned_parameters_dirpath, detector)
+            if det is None:
+                typer.echo(f"detector {detector!r} has nothing to learn; nothing written")
+            else:
+                clf = det.classifier_
+                typer.echo(f"configured {detector} on {n} models: cross-validated CE {clf.cv_cross_entropy:.4f}, "
+                           f"ROC-AUC {clf.cv_roc_auc:.4f}; wrote {learned_parameters_dirpath}/{detector}.json")
+            return
         if model_filepath is None or result_filepath is None:
             if model_filepath is None and result_filepath is None and examples_dirpath is None:
                 typer.echo(ctx.get_help())
@@ -63,6 +91,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
             model_filepath, result_filepath, examples_dirpath=examples_dirpath, scratch_dirpath=scratch_dirpath,
             tokenizer_filepath=tokenizer_filepath, embedding_filepath=embedding_filepath,
             cls_token_is_first=cls_token_is_first, detector=detector, params=params,
+            learned_parameters_dirpath=learned_parameters_dirpath,
         )
         typer.echo(f"{p:.6f}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 from trojanscope.detectors.base import ModelInputs
 from trojanscope.errors import ConfigError, DataError, LayoutError
@@ -21,10 +22,13 @@ def run_contract(
     cls_token_is_first: bool | None = None,
     detector: str = "default",
     params: Path | str | None = None,
+    learned_parameters_dirpath: Path | str | None = None,
 ) -> float:
     """Score one model and atomically write its probability (one number) to ``result_filepath``.
 
     The reduced config is read from ``config.json`` beside the model file (only the allowed keys).
+    Parameters come from ``params``, else from what configure mode wrote to ``learned_parameters_dirpath``,
+    else the detector's shipped ones.
     """
     from trojanscope.detectors import load_detector
     from trojanscope.fsutil import atomic_write_text
@@ -47,6 +51,12 @@ def run_contract(
         embedding_filepath=Path(embedding_filepath) if embedding_filepath else None,
         cls_token_is_first=cls_token_is_first,
     )
+    if params is None and learned_parameters_dirpath is not None and _is_learned(detector):
+        params = learned_params_file(learned_parameters_dirpath, detector)
+        if not params.is_file():
+            raise ConfigError(f"{learned_parameters_dirpath}: no {params.name} here; run configure mode first "
+                              f"(--configure_mode --configure_models_dirpath DIR --learned_parameters_dirpath "
+                              f"{learned_parameters_dirpath}) or leave --learned_parameters_dirpath out")
     det = load_detector(detector, None if params is None else str(params))
     answer = det.score(inputs)
     p = float(answer.probability)
@@ -76,8 +86,10 @@ def zoo_inputs(zoo: Path | str, limit: int | None = None) -> tuple[list[ModelInp
     return models, labels
 
 
-def fit_on_zoo(zoo: Path | str, detector: str, out: Path | str, *, workers: int = 1, limit: int | None = None):
-    """Fit ``detector`` on every labelled model of ``zoo`` and save its JSON parameters to ``out``."""
+def fit_on_zoo(zoo: Path | str, detector: str, out: Path | str, *, workers: int = 1, limit: int | None = None,
+               command: str | None = None):
+    """Fit ``detector`` on every labelled model of ``zoo`` and save its JSON parameters to ``out``
+    (``command``, recorded as provenance, defaults to the equivalent ``trojanscope detect fit``)."""
     from trojanscope.detectors import DETECTORS
     from trojanscope.detectors.learned import MetaDetector
 
@@ -87,8 +99,34 @@ def fit_on_zoo(zoo: Path | str, detector: str, out: Path | str, *, workers: int 
                           + ", ".join(n for n in DETECTORS.names() if _is_learned(n)))
     models, labels = zoo_inputs(zoo, limit)
     det = cls(workers=workers).fit(models, labels)
-    det.save(out, zoo=str(zoo), command=f"trojanscope detect fit --zoo {zoo} --detector {detector} --out {out}")
+    det.save(out, zoo=str(zoo),
+             command=command or f"trojanscope detect fit --zoo {zoo} --detector {detector} --out {out}")
     return det, len(models)
+
+
+def learned_params_file(learned_parameters_dirpath: Path | str, detector: str) -> Path:
+    """Where configure mode writes ``detector``'s parameters and the normal invocation reads them."""
+    return Path(learned_parameters_dirpath) / f"{detector}.json"
+
+
+def configure(configure_models_dirpath: Path | str, learned_parameters_dirpath: Path | str, detector: str,
+              *, workers: int = 1) -> tuple[Any, int]:
+    """TrojAI's configure mode: refit ``detector`` on a folder of labelled training models (a zoo, its
+    ``models/`` folder or a folder of model folders, each with ``ground_truth.csv``) and write its parameters
+    into ``learned_parameters_dirpath``. A detector with nothing to learn writes nothing: ``(None, 0)``."""
+    if not Path(configure_models_dirpath).is_dir():
+        raise ConfigError(f"{configure_models_dirpath}: --configure_models_dirpath is not a folder; pass the "
+                          "training models (a zoo or a folder of model folders with ground_truth.csv)")
+    out_dir = Path(learned_parameters_dirpath)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"{out_dir}: --learned_parameters_dirpath is a file; pass a folder")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not _is_learned(detector):
+        return None, 0
+    out = learned_params_file(out_dir, detector)
+    return fit_on_zoo(configure_models_dirpath, detector, out, workers=workers, command=(
+        f"trojanscope detect --detector {detector} --configure_mode --configure_models_dirpath "
+        f"{configure_models_dirpath} --learned_parameters_dirpath {out_dir}"))
 
 
 def _is_learned(name: str) -> bool:

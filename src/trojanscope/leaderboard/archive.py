@@ -14,6 +14,7 @@ import stat
 import tarfile
 import tomllib
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from trojanscope.errors import ConfigError
@@ -114,8 +115,16 @@ def safe_extract(archive: Path, dest: Path, *, max_files: int, max_bytes: int) -
     return written
 
 
-def read_manifest(folder: Path) -> str:
-    """The ``command`` of ``trojanscope-submission.toml`` at the submission's top level, validated."""
+@dataclass(frozen=True)
+class Manifest:
+    """A submission's ``trojanscope-submission.toml``: the command, and whether to run its configure step."""
+
+    command: str
+    configure: bool = False
+
+
+def load_manifest(folder: Path) -> Manifest:
+    """``trojanscope-submission.toml`` at the submission's top level, validated."""
     path = folder / MANIFEST
     if not path.is_file():
         raise UploadError(f"{MANIFEST} not found at the top of the archive; "
@@ -124,9 +133,10 @@ def read_manifest(folder: Path) -> str:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UploadError(f"{MANIFEST}: not valid TOML ({exc}); write command = \"python detector.py\"") from None
-    unknown = set(data) - {"command", "name", "description"}
+    unknown = set(data) - {"command", "name", "description", "configure"}
     if unknown:
-        raise UploadError(f"{MANIFEST}: unknown keys {sorted(unknown)}; allowed: command, name, description")
+        raise UploadError(f"{MANIFEST}: unknown keys {sorted(unknown)}; allowed: command, configure, name, "
+                          "description")
     command = data.get("command")
     if not isinstance(command, str) or not command.strip() or len(command) > 1000:
         raise UploadError(f"{MANIFEST}: command must be a non-empty string under 1000 characters, "
@@ -137,7 +147,15 @@ def read_manifest(folder: Path) -> str:
         raise UploadError(f"{MANIFEST}: command {command!r} cannot be split into arguments ({exc})") from None
     if not argv:
         raise UploadError(f"{MANIFEST}: command is empty")
-    return command
+    configure = data.get("configure", False)
+    if not isinstance(configure, bool):
+        raise UploadError(f"{MANIFEST}: configure must be true or false, not {configure!r}")
+    return Manifest(command=command, configure=configure)
+
+
+def read_manifest(folder: Path) -> str:
+    """The validated ``command`` of the submission's manifest."""
+    return load_manifest(folder).command
 
 
 def remove_tree(path: Path) -> None:

@@ -1,4 +1,5 @@
-"""``trojanscope serve``: the leaderboard web server plus its worker processes, in one command."""
+"""``trojanscope serve`` (the leaderboard web server plus its worker processes, in one command) and
+``trojanscope rounds download`` (a team's copy of a round's train split)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,33 @@ import typer
 
 
 def register(app: typer.Typer, zoo: typer.Typer) -> None:  # noqa: ARG001 - zoo sub-app unused here
-    """Add ``serve`` to the top-level CLI."""
+    """Add ``serve`` and ``rounds download`` to the top-level CLI."""
+    rounds_app = typer.Typer(help="Rounds on a leaderboard server, as a team sees them.", no_args_is_help=True)
+    app.add_typer(rounds_app, name="rounds")
+
+    @rounds_app.command("download")
+    def download(
+        round_name: str = typer.Argument(..., metavar="ROUND", help="The round's name on the server."),
+        out: Path = typer.Option(..., "--out", help="Folder to unpack the train split into (must not exist or be "
+                                 "empty); the partial archive is kept beside it as .OUT.tar.part."),
+        server: str = typer.Option(..., "--server", help="The leaderboard's base URL, e.g. https://lb.example.org."),
+        token: str = typer.Option(..., "--token", envvar="TROJANSCOPE_TEAM_TOKEN", help="Your team token "
+                                  "(or set TROJANSCOPE_TEAM_TOKEN, which keeps it out of the process list)."),
+        quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    ) -> None:
+        """Download a round's train split (models with their full configs, ground truth and METADATA), as TrojAI
+        published its training data: streamed, with a progress bar, resumed where an interrupted run stopped,
+        checked against the server's sha256, then unpacked into --out. The test and holdout splits never leave
+        the server. Example:
+
+          TROJANSCOPE_TEAM_TOKEN=... trojanscope rounds download r1 --out zoo/r1-train --server http://127.0.0.1:8000
+        """
+        from trojanscope.leaderboard.client import download_train_split
+
+        info = download_train_split(server, round_name, out, token, progress=not quiet)
+        resumed = f", resumed at byte {info['resumed_from']}" if info["resumed_from"] else ""
+        typer.echo(f"{round_name} train split: {info['n_files']} files, {info['size_bytes']} bytes "
+                   f"(sha256 {info['sha256'][:16]}... verified{resumed}); unpacked into {out}")
 
     @app.command("serve")
     def serve(

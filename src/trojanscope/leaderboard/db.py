@@ -35,9 +35,10 @@ SCHEMA_VERSION = 1
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
 
 ROUND_STATUSES = ("pending", "open", "closed")
-STAGES = ("smoke", "test", "holdout")
+STAGES = ("configure", "smoke", "test", "holdout")
 JOB_STATUSES = ("queued", "running", "done", "failed")
-SUBMISSION_STATUSES = ("queued", "smoke", "smoke_failed", "scoring", "scored", "failed")
+SUBMISSION_STATUSES = ("queued", "configure", "configure_failed", "smoke", "smoke_failed", "scoring", "scored",
+                       "failed")
 
 
 def utcnow() -> dt.datetime:
@@ -99,7 +100,7 @@ class Submission(Base):
 
 
 class Job(Base):
-    """One stage (smoke, test or holdout) of one submission: the unit a worker claims."""
+    """One stage (configure, smoke, test or holdout) of one submission: the unit a worker claims."""
 
     __tablename__ = "jobs"
     __table_args__ = (UniqueConstraint("submission_id", "stage"),)

@@ -134,3 +134,14 @@ def kill_tagged(tag: str, rounds: int = 20) -> int:
         killed += len(pids)
         time.sleep(0.05)
     return killed
+
+
+def add_ground_truth(model_map: list[list[str]], source: dict[str, Path], dest: Path) -> None:
+    """Give the neutral copies under ``dest`` their ``ground_truth.csv`` (idempotent): only the configure step's
+    training models carry labels, which it needs to refit; smoke, test and holdout copies never do."""
+    from trojanscope.fsutil import atomic_write_bytes
+
+    for neutral, real in model_map:
+        label = source[real] / "ground_truth.csv"
+        if label.is_file() and not (dest / neutral / "ground_truth.csv").is_file():
+            atomic_write_bytes(dest / neutral / "ground_truth.csv", label.read_bytes())

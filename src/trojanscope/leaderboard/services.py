@@ -10,7 +10,7 @@ import shutil
 import tempfile
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlalchemy import func, select
@@ -21,6 +21,9 @@ from trojanscope.fsutil import file_sha256
 from trojanscope.leaderboard import archive, security
 from trojanscope.leaderboard.db import Job, Round, Submission, Team, utcnow
 from trojanscope.leaderboard.settings import Settings
+
+if TYPE_CHECKING:
+    from trojanscope.leaderboard.download import SplitArchive
 
 NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 
@@ -181,6 +184,25 @@ def load_rounds_file(s: Session, path: Path) -> list[str]:
     return added
 
 
+def train_archive(rnd: Round) -> SplitArchive:
+    """The round's train split as a streamable tar archive (the only split that may leave the server)."""
+    from trojanscope.leaderboard.download import SplitArchive
+
+    if rnd.status == "pending":
+        raise ConflictError(f"round {rnd.name!r} is not open yet; its train split is published when it opens")
+    train = Path(rnd.train_dir).resolve()
+    for split, folder in (("test", rnd.test_dir), ("holdout", rnd.holdout_dir)):
+        if folder is None:
+            continue
+        other = Path(folder).resolve()
+        if other == train or other in train.parents or train in other.parents:
+            raise ConflictError(f"round {rnd.name!r}: the train folder {train} overlaps the {split} split "
+                                f"({other}), which never leaves the server; register separate folders")
+    if not train.is_dir():
+        raise NotFoundError(f"round {rnd.name!r}: train folder {train} is missing on the server")
+    return SplitArchive(train, f"{rnd.name}-train")
+
+
 # teams --------------------------------------------------------------------------------------------
 def create_team(s: Session, name: str) -> tuple[Team, str]:
     """A new team and its token (returned once; only its hash is stored)."""
@@ -221,18 +243,19 @@ def create_submission(s: Session, settings: Settings, rnd: Round, team: Team, up
     try:
         archive.safe_extract(upload, staging / "files", max_files=settings.max_files,
                              max_bytes=settings.max_extracted_bytes)
-        command = archive.read_manifest(staging / "files")
+        manifest = archive.load_manifest(staging / "files")
         digest = hashlib.sha256()
         with upload.open("rb") as fh:
             while chunk := fh.read(1 << 20):
                 digest.update(chunk)
         shutil.copyfile(upload, staging / ("upload.zip" if archive.archive_kind(upload) == "zip" else "upload.tar.gz"))
         sub = Submission(round_id=rnd.id, team_id=team.id, filename=_clean_filename(filename),
-                         size_bytes=upload.stat().st_size, sha256=digest.hexdigest(), command=command)
+                         size_bytes=upload.stat().st_size, sha256=digest.hexdigest(), command=manifest.command)
         s.add(sub)
         s.flush()
         _check_rate(s, settings, team, including_new=True)  # under the write lock: concurrent uploads count too
-        s.add(Job(submission_id=sub.id, stage="smoke", priority=0))
+        # A submission that asks for it is first refitted on the round's train split (TrojAI's configure mode).
+        s.add(Job(submission_id=sub.id, stage="configure" if manifest.configure else "smoke", priority=0))
         final = root / str(sub.id)
         if final.exists():  # a leftover of a rolled-back attempt that reused the id
             shutil.rmtree(final)

@@ -35,6 +35,7 @@ class Settings(BaseModel):
     memory_bytes: int | None = Field(8192 * MiB, gt=0)  # RLIMIT_AS: address space, not resident memory
     max_processes: int | None = Field(512, gt=0)     # RLIMIT_NPROC: per user, ignored for root
     file_size_bytes: int | None = Field(512 * MiB, gt=0)
+    configure_time_limit_s: float = Field(3600.0, gt=0)  # a submission's configure step, all train models
     # queue
     lease_s: float = Field(60.0, gt=0)                 # a running job whose lease expired is re-queued
     heartbeat_s: float = Field(5.0, gt=0)

@@ -1,7 +1,8 @@
 """Workers: claim jobs from the database queue and run them through the scoring harness.
 
-A job is one stage of one submission (``smoke`` on the first N train models, ``test`` on the
-sequestered split, ``holdout`` after a round closes). Claiming is atomic (``UPDATE ... WHERE
+A job is one stage of one submission (``configure`` on the train split when the submission asks for
+it, ``smoke`` on the first N train models, ``test`` on the sequestered split, ``holdout`` after a round
+closes). Claiming is atomic (``UPDATE ... WHERE
 status='queued' AND id=?`` with a rowcount check; ``FOR UPDATE SKIP LOCKED`` on PostgreSQL), a
 heartbeat thread extends the job's lease, and a job whose lease expired (worker killed) is put
 back in the queue. A re-run resumes from the harness's ``results.csv``, so no model is scored
@@ -18,9 +19,12 @@ import io
 import math
 import os
 import shlex
+import shutil
 import signal
 import socket
+import subprocess
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +34,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from trojanscope.errors import TrojanscopeError
+from trojanscope.fsutil import atomic_dir
 from trojanscope.leaderboard import sandbox
 from trojanscope.leaderboard.db import Job, ModelResult, Submission, make_sessionmaker, utcnow
 from trojanscope.leaderboard.settings import Settings
@@ -37,10 +42,15 @@ from trojanscope.models.layout import list_model_dirs, read_ground_truth
 from trojanscope.provenance import provenance
 
 DEFAULT_P = 0.5
+LEARNED_DIR = "learned_parameters"  # per submission: what its configure step wrote
 
 
 class RoundClosedError(TrojanscopeError):
     """A smoke or test job whose round closed while it waited: not run (the leaderboard is frozen)."""
+
+
+class ConfiguredParametersMissing(TrojanscopeError):  # noqa: N818 - reads as the reason shown to the team
+    """A configured submission's kept learned parameters vanished (the data folder was pruned or moved)."""
 
 
 class WorkerStopped(BaseException):  # noqa: N818 - BaseException so harness code cannot swallow it
@@ -144,8 +154,8 @@ class Worker:
                     started_at=func.coalesce(Job.started_at, now)))
                 if res.rowcount == 1:
                     job = s.get(Job, job_id)
-                    if job.stage == "smoke":
-                        job.submission.status = "smoke"
+                    if job.stage in ("configure", "smoke"):
+                        job.submission.status = job.stage
                     s.commit()
                     return job_id
             s.commit()
@@ -231,7 +241,8 @@ class Worker:
             sub, rnd = job.submission, job.submission.round
             if rnd.status == "closed" and job.stage != "holdout":
                 raise RoundClosedError(f"round {rnd.name!r} closed before this submission's {job.stage} stage ran")
-            zoo = Path({"smoke": rnd.train_dir, "test": rnd.test_dir, "holdout": rnd.holdout_dir or ""}[job.stage])
+            zoo = Path({"configure": rnd.train_dir, "smoke": rnd.train_dir, "test": rnd.test_dir,
+                        "holdout": rnd.holdout_dir or ""}[job.stage])
             model_dirs = list_model_dirs(zoo)
             if job.stage == "smoke":
                 model_dirs = model_dirs[: rnd.smoke_models]
@@ -243,6 +254,8 @@ class Worker:
             per_model = rnd.model_time_limit_s
             budget = rnd.smoke_time_limit_s if stage == "smoke" else rnd.submission_time_limit_s
             files = self.settings.data_dir / "submissions" / str(sub.id) / "files"
+            configured = any(j.stage == "configure" and j.status == "done" for j in sub.jobs)
+        learned_store = files.parent / LEARNED_DIR
         source = {p.name: p for p in model_dirs}
         job_dir = self.settings.data_dir / "jobs" / str(job_id)
         job_dir.mkdir(parents=True, exist_ok=True)
@@ -254,10 +267,23 @@ class Worker:
             sandbox.kill_tagged(tag)  # leftovers of an interrupted attempt
             neutral_root = job_dir / "models"
             neutral = sandbox.materialise_models(model_map, source, neutral_root)
+            if stage == "configure":
+                sandbox.add_ground_truth(model_map, source, neutral_root)
             sandbox.link_assets(zoo, neutral_root)
             work = sandbox.copy_submission(files, job_dir / "work")
             out = job_dir / "out"
             env = sandbox.sandbox_env(work, tag)
+            if stage == "configure":
+                self._configure(job_id, command, neutral_root, len(neutral), work, env, job_dir, learned_store)
+                return
+            learned_args: list[str] = []
+            if configured:  # a copy per job, so no run can alter what the next one reads
+                if not learned_store.is_dir():
+                    raise ConfiguredParametersMissing(
+                        f"{learned_store}: this submission's configure step finished but its learned parameters "
+                        "are gone from the data folder; re-upload the submission to configure it again")
+                learned = sandbox.copy_submission(learned_store, job_dir / LEARNED_DIR)
+                learned_args = ["--learned_parameters_dirpath", str(learned)]
             results_csv = out / "results.csv"
             for model in neutral:
                 if self._lost.is_set():
@@ -272,13 +298,71 @@ class Worker:
                 argv = sandbox.jailed_command(
                     command, env, cpu_seconds=math.ceil(per_model * (os.cpu_count() or 1)) + 5,
                     memory_bytes=self.settings.memory_bytes, max_processes=self.settings.max_processes,
-                    file_size_bytes=self.settings.file_size_bytes)
+                    file_size_bytes=self.settings.file_size_bytes) + learned_args
                 try:
                     self.scoring.evaluate(neutral_root, out, command=argv, models=[model], time_limit_s=limit,
                                           env=env, cwd=work, seed=job_id, progress=False, workers=1)
                 finally:
                     sandbox.kill_tagged(tag)
             self._finish(job_id, model_map, source, read_results(results_csv), job_dir, zoo, command)
+
+    def _configure(self, job_id: int, command: str, models: Path, n_models: int, work: Path, env: dict[str, str],
+                   job_dir: Path, store: Path) -> None:
+        """The submission's configure step: one jailed run of its command in TrojAI's configure mode on the
+        labelled neutral copies of the train split, under ``configure_time_limit_s``; what it writes into its
+        learned-parameters folder is kept per submission and handed to its later stages."""
+        limit = self.settings.configure_time_limit_s
+        learned, scratch = job_dir / LEARNED_DIR, job_dir / "scratch"
+        for folder in (learned, scratch):  # an interrupted attempt starts over
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+        argv = sandbox.jailed_command(
+            command, env, cpu_seconds=math.ceil(limit * (os.cpu_count() or 1)) + 5,
+            memory_bytes=self.settings.memory_bytes, max_processes=self.settings.max_processes,
+            file_size_bytes=self.settings.file_size_bytes)
+        argv += ["--configure_mode", "--configure_models_dirpath", str(models),
+                 "--learned_parameters_dirpath", str(learned), "--scratch_dirpath", str(scratch)]
+        log = job_dir / "configure.log"
+        error = None
+        t0 = time.monotonic()
+        with log.open("wb") as fh:
+            try:
+                proc = subprocess.run(argv, cwd=work, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+                                      timeout=limit, check=False)
+                if proc.returncode != 0:
+                    error = f"exited with status {proc.returncode}"
+            except subprocess.TimeoutExpired:
+                error = f"ran past its {limit:g} s limit"
+            finally:
+                sandbox.kill_tagged(self.tag(job_id))
+        seconds = time.monotonic() - t0
+        if self._lost.is_set():
+            return
+        files = [p for p in learned.rglob("*") if p.is_file()]
+        size = sum(p.stat().st_size for p in files)
+        if error is None and size > self.settings.max_extracted_bytes:
+            error = f"wrote {size} bytes of learned parameters, over the {self.settings.max_extracted_bytes} limit"
+        if error is None:
+            with atomic_dir(store) as tmp:
+                shutil.copytree(learned, tmp, dirs_exist_ok=True)
+        else:
+            tail = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+            error = f"configure step {error}" + (f" (last output: {tail[-1][:300]})" if tail else "")
+        with self.Session() as s:
+            job = s.get(Job, job_id)
+            if job.status != "running" or job.worker_id != self.worker_id:
+                return
+            job.status = "failed" if error else "done"
+            job.scores = {"n_models": n_models, "n_ok": 0 if error else n_models, "learned_files": len(files),
+                          "learned_bytes": size}
+            job.runtime_s, job.finished_at, job.lease_until, job.error = seconds, utcnow(), None, error or ""
+            sub = job.submission
+            if error:
+                sub.status, sub.message = "configure_failed", error[:1000]
+            else:
+                sub.status = "queued"
+                s.add(Job(submission_id=sub.id, stage="smoke", priority=0))
+            s.commit()
 
     def _finish(self, job_id: int, model_map: list[list[str]], source: dict[str, Path],
                 rows: dict[str, dict[str, Any]], job_dir: Path, zoo: Path, command: str) -> None:

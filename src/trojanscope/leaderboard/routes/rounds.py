@@ -1,14 +1,17 @@
-"""``/api/rounds``: list and inspect rounds (public); register, open and close them (organiser only)."""
+"""``/api/rounds``: list and inspect rounds (public); register, open and close them (organiser only); download
+the train split (teams and organisers; test and holdout never leave the server)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, HTTPException
+from fastapi import APIRouter, Body, HTTPException, Request, Response
+from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
+from sqlalchemy.orm import Session
 
 from trojanscope.leaderboard import services
-from trojanscope.leaderboard.deps import AdminFlag, AdminOnly, SessionDep
+from trojanscope.leaderboard.deps import AdminFlag, AdminOnly, BearerDep, SessionDep, SettingsDep
 
 router = APIRouter(prefix="/api/rounds", tags=["rounds"])
 
@@ -59,3 +62,55 @@ def get_leaderboard(name: str, s: SessionDep, admin: AdminFlag) -> list[dict[str
     always)."""
     rnd = services.get_round(s, name)
     return services.leaderboard(s, rnd, include_holdout=rnd.status == "closed" or admin)
+
+
+def _split_archive(s: Session, name: str, split: str, admin: bool, token: str | None):  # type: ignore[no-untyped-def]
+    """Teams (their token) and organisers may download; only the train split is ever served."""
+    from trojanscope.leaderboard.routes.submissions import authenticate
+
+    if not admin:
+        authenticate(s, token)
+    rnd = services.get_round(s, name)
+    if split in ("test", "holdout"):
+        raise HTTPException(403, f"the {split} split never leaves the server; only the train split can be downloaded")
+    if split != "train":
+        raise HTTPException(404, f"no split {split!r}; the train split is at /api/rounds/{name}/splits/train")
+    return services.train_archive(rnd)
+
+
+@router.get("/{name}/splits/{split}/info")
+def split_info(name: str, split: str, s: SessionDep, settings: SettingsDep, admin: AdminFlag,
+               token: BearerDep) -> dict[str, Any]:
+    """Size, file count, etag and sha256 of the train split's tar archive (team token; the sha256 is computed
+    once per version of the split)."""
+    archive = _split_archive(s, name, split, admin, token)
+    return {"round": name, "split": split, "filename": f"{name}-{split}.tar", "size_bytes": archive.size,
+            "n_files": archive.n_files, "etag": archive.etag,
+            "sha256": archive.sha256(settings.data_dir / "downloads")}
+
+
+@router.get("/{name}/splits/{split}", response_model=None)
+@router.head("/{name}/splits/{split}", response_model=None, include_in_schema=False)
+def download_split(name: str, split: str, request: Request, s: SessionDep, admin: AdminFlag,
+                   token: BearerDep) -> Response:
+    """The train split as a streamed tar archive (team token). ``Range: bytes=N-`` resumes a partial download;
+    with ``If-Range: "<etag>"`` the rest is sent only if the split is unchanged, else the whole archive."""
+    from trojanscope.leaderboard.download import parse_range
+
+    archive = _split_archive(s, name, split, admin, token)
+    headers = {"Accept-Ranges": "bytes", "ETag": f'"{archive.etag}"',
+               "Content-Disposition": f'attachment; filename="{name}-{split}.tar"'}
+    wanted = request.headers.get("range")
+    if_range = request.headers.get("if-range")
+    if if_range is not None and if_range.strip() != headers["ETag"]:
+        wanted = None  # the split changed since the client's partial copy: send it whole
+    try:
+        span = parse_range(wanted, archive.size)
+    except ValueError:
+        return Response(status_code=416, headers={**headers, "Content-Range": f"bytes */{archive.size}"})
+    status, (start, end) = (200, (0, archive.size - 1)) if span is None else (206, span)
+    if span is not None:
+        headers["Content-Range"] = f"bytes {start}-{end}/{archive.size}"
+    headers["Content-Length"] = str(end - start + 1)
+    body = archive.iter_bytes(start, end) if request.method == "GET" else iter(())
+    return StreamingResponse(body, status_code=status, media_type="application/x-tar", headers=headers)
