@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import func, select
 
 from trojanscope.errors import ConfigError
-from trojanscope.leaderboard.db import SCHEMA_VERSION, Job, SchemaVersion, Submission, Team, make_sessionmaker
+from trojanscope.leaderboard.db import Job, Submission, Team, make_sessionmaker
 
 from .helpers import ADMIN, admin, round_body, submission_bytes, upload
 
@@ -188,15 +188,43 @@ def test_no_admin_token_configured_means_no_organiser(tmp_path, zoos) -> None:  
         assert c.post("/api/rounds", json=round_body(zoos), headers=admin()).status_code == 403
 
 
-def test_schema_version_recorded_and_newer_db_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    url = f"sqlite:///{tmp_path / 'v.db'}"
-    maker = make_sessionmaker(url)
-    with maker() as s:
-        assert s.get(SchemaVersion, 1).version == SCHEMA_VERSION
-        s.get(SchemaVersion, 1).version = SCHEMA_VERSION + 1
-        s.commit()
-    with pytest.raises(ConfigError, match="newer than this trojanscope"):
-        make_sessionmaker(url)
+def test_migrations_build_the_models_schema_and_a_newer_db_is_refused(db_url: str) -> None:
+    """Alembic's revisions and the SQLAlchemy models agree exactly, on SQLite and on PostgreSQL."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy import text
+
+    from trojanscope.leaderboard.db import Base, make_engine
+
+    maker = make_sessionmaker(db_url)
+    engine = maker.kw["bind"]
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn)
+        assert ctx.get_current_revision() == "0001"
+        assert compare_metadata(ctx, Base.metadata) == []
+    make_sessionmaker(db_url)  # idempotent
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    with pytest.raises(ConfigError, match="revision 9999 is newer than this trojanscope"):
+        make_sessionmaker(db_url)
+    engine.dispose()
+    make_engine(db_url).dispose()
+
+
+def test_a_database_made_before_alembic_is_stamped_and_kept(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from sqlalchemy import text
+
+    from trojanscope.leaderboard.db import Base, make_engine
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = make_engine(url)
+    Base.metadata.create_all(engine)  # what init_db did before its migrations were Alembic's
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO teams (name, token_hash, created_at) VALUES ('t', 'h', '2026-01-01')"))
+    with make_sessionmaker(url)() as s:
+        assert [t.name for t in s.scalars(select(Team))] == ["t"]
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
 
 
 def test_settings_from_env_and_bad_values() -> None:

@@ -1,15 +1,17 @@
-"""Database schema (SQLAlchemy 2) and a versioned upgrade path.
+"""Database schema (SQLAlchemy 2) and its migrations (Alembic).
 
-SQLite is the default (WAL mode so the server and worker processes can share one file); any
-SQLAlchemy URL works (PostgreSQL: ``postgresql+psycopg://...``). ``init_db`` creates missing tables,
-records the schema version in ``schema_version`` and applies the numbered upgrade steps in
-:data:`MIGRATIONS` to older databases. A database newer than this code is refused.
+SQLite is the default (WAL mode so the server and worker processes can share one file); PostgreSQL
+(``postgresql+psycopg://...``, ``pip install 'trojanscope[postgres]'``) is the production database for
+several workers on several hosts. ``init_db`` brings any database to the newest schema with the Alembic
+revisions in ``leaderboard/migrations/versions`` (the same revisions for both backends); a database
+created before migrations were Alembic's is stamped as revision 0001 first. A database at a revision this
+code does not know (made by a newer trojanscope) is refused.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from pathlib import Path
 
 from sqlalchemy import (
     JSON,
@@ -23,16 +25,14 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
-    select,
+    inspect,
 )
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, sessionmaker
 
 from trojanscope.errors import ConfigError
 
-SCHEMA_VERSION = 1
-# version -> step that upgrades a database from version-1 to version (run inside one transaction).
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
 ROUND_STATUSES = ("pending", "open", "closed")
 STAGES = ("configure", "smoke", "test", "holdout")
@@ -47,12 +47,6 @@ def utcnow() -> dt.datetime:
 
 class Base(DeclarativeBase):
     pass
-
-
-class SchemaVersion(Base):
-    __tablename__ = "schema_version"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    version: Mapped[int] = mapped_column(Integer)
 
 
 class Round(Base):
@@ -157,23 +151,42 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
-def init_db(engine: Engine) -> int:
-    """Create missing tables and upgrade an older schema; return the schema version now in use."""
-    Base.metadata.create_all(engine)
+def alembic_config(connection: Connection | None = None):  # type: ignore[no-untyped-def]
+    """An Alembic config for the packaged migrations, bound to ``connection`` when given."""
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def init_db(engine: Engine) -> str:
+    """Upgrade the database to the newest schema revision; return that revision."""
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from alembic.util.exc import CommandError
+
+    script = ScriptDirectory.from_config(alembic_config())
+    head = script.get_current_head()
+    where = engine.url.render_as_string(hide_password=True)
     with engine.begin() as conn:
-        row = conn.execute(select(SchemaVersion.version).where(SchemaVersion.id == 1)).scalar_one_or_none()
-        if row is None:
-            conn.execute(SchemaVersion.__table__.insert().values(id=1, version=SCHEMA_VERSION))
-            return SCHEMA_VERSION
-        if row > SCHEMA_VERSION:
-            raise ConfigError(
-                f"{engine.url.render_as_string(hide_password=True)}: database schema v{row} is newer than this "
-                f"trojanscope (v{SCHEMA_VERSION}); upgrade trojanscope or use another --db"
-            )
-        for version in range(row + 1, SCHEMA_VERSION + 1):
-            MIGRATIONS[version](conn)
-            conn.execute(SchemaVersion.__table__.update().where(SchemaVersion.id == 1).values(version=version))
-    return SCHEMA_VERSION
+        current = MigrationContext.configure(conn).get_current_revision()
+        if current is None and inspect(conn).has_table("rounds"):
+            command.stamp(alembic_config(conn), "0001")  # made by trojanscope before its migrations were Alembic's
+            current = "0001"
+        known = {rev.revision for rev in script.walk_revisions()}
+        if current is not None and current not in known:
+            raise ConfigError(f"{where}: database schema revision {current} is newer than this trojanscope "
+                              f"(newest known: {head}); upgrade trojanscope or use another --db")
+        try:
+            command.upgrade(alembic_config(conn), "head")
+        except CommandError as exc:
+            raise ConfigError(f"{where}: schema migration failed ({exc}); restore a backup or use another --db"
+                              ) from None
+    return head
 
 
 def make_sessionmaker(url: str) -> sessionmaker:
