@@ -1,6 +1,6 @@
 """Load test of the leaderboard service on loopback: page latency under concurrent readers, upload throughput.
 
-    .venv/bin/python benchmarks/leaderboard_load.py [--readers 100] [--requests-per-reader 50]
+    .venv/bin/python benchmarks/leaderboard_load.py [--db sqlite|postgresql] [--readers 100] [--requests-per-reader 50]
         [--teams 50] [--scored-per-team 10] [--upload-seconds 30] [--uploaders 8] [--json out.json]
 
 It builds two tiny zoos with trojanscope's own model store, starts ``trojanscope serve`` (SQLite,
@@ -190,6 +190,8 @@ def main() -> None:
     ap.add_argument("--uploaders", type=int, default=8)
     ap.add_argument("--max-uploads", type=int, default=2000)
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--db", choices=("sqlite", "postgresql"), default="sqlite",
+                    help="postgresql: a throwaway local server (Debian's postgresql + the postgres extra)")
     args = ap.parse_args()
     if not (1 <= args.readers <= 1000 and 1 <= args.requests_per_reader <= 100 and args.upload_seconds <= 300):
         raise SystemExit("keep the load bounded: readers 1..1000, requests-per-reader 1..100, upload-seconds <= 300")
@@ -199,7 +201,16 @@ def main() -> None:
     train, test = make_zoo(tmp / "train", 4), make_zoo(tmp / "test", 120)
     (tmp / "rounds.toml").write_text(f'[[round]]\nname = "bench"\ntitle = "Benchmark round"\ntrain = "{train}"\n'
                                      f'test = "{test}"\nsmoke_models = 2\nmodel_time_limit_s = 30\n')
-    db_url = f"sqlite:///{tmp / 'lb.db'}"
+    pg = None
+    if args.db == "postgresql":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from tests.leaderboard.postgres import PostgresServer
+
+        pg = PostgresServer()
+        db_url = pg.new_database()
+    else:
+        db_url = f"sqlite:///{tmp / 'lb.db'}"
+    print(f"database: {args.db}")
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {**os.environ, "TROJANSCOPE_ADMIN_TOKEN": ADMIN, "TROJANSCOPE_RATE_LIMIT_COUNT": "1000000",
@@ -256,6 +267,9 @@ def main() -> None:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+        if pg is not None:
+            pg.stop()
+    result["database"] = args.db
     print(json.dumps(result, indent=2))
     print(f"leaderboard page under {args.readers} concurrent readers (a job scoring): "
           f"p50 {reads['p50_ms']:.0f} ms, p95 {reads['p95_ms']:.0f} ms, max {reads['max_ms']:.0f} ms, "
