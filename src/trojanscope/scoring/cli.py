@@ -98,16 +98,25 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
                                           "recorded as failed (crash, timeout, bad answer) instead of keeping "
                                           "their p = 0.5; for failures that were not the detector's (a full disk, "
                                           "a killed machine). Leaderboard runs never retry."),
+        executor: str = typer.Option("local", "--executor", help="local (worker processes here) or ray (Ray tasks on "
+                                     "a fresh local cluster or RAY_ADDRESS; registered detectors only; see "
+                                     "docs/cluster.md)."),
+        ray_address: str | None = typer.Option(None, "--ray-address", envvar="RAY_ADDRESS", help="With --executor "
+                                               "ray: an existing cluster's head, host:port or ray://host:port."),
     ) -> None:
+        import os
+
         from trojanscope.models.layout import list_model_dirs
         from trojanscope.scoring.harness import ResourceLimits
         from trojanscope.scoring.harness import evaluate as run_evaluate
 
+        if ray_address:
+            os.environ["RAY_ADDRESS"] = ray_address
         models = list_model_dirs(zoo_dir)[:first] if first else None
         limits = ResourceLimits(memory_bytes=int(memory_gb * 2**30)) if memory_gb else None
         result = run_evaluate(zoo_dir, out, detector=detector, params=params, command=command, workers=workers,
                               time_limit_s=time_limit, models=models, limits=limits, seed=seed, progress=progress,
-                              retry_failed=retry_failed)
+                              retry_failed=retry_failed, executor=executor)
         print_scores(result.scores, f"{detector or command} on {zoo_dir}")
         typer.echo(f"results: {out / 'results.csv'}   report: trojanscope report {out}")
         _require_scored(result.scores, str(zoo_dir))

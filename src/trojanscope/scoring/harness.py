@@ -52,7 +52,8 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
              command: str | Sequence[str] | None = None, workers: int = 1, time_limit_s: float = 600.0,
              models: Sequence[Path] | None = None, limits: ResourceLimits | None = None,
              env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
-             seed: int = 0, progress: bool = True, retry_failed: bool = False) -> EvaluationResult:
+             seed: int = 0, progress: bool = True, retry_failed: bool = False,
+             executor: str = "local") -> EvaluationResult:
     """Run a detector over ``zoo`` (or the subset ``models``) and score it; resumes an interrupted run.
 
     Exactly one of ``detector`` (a registered name, optionally with a ``params`` file) or
@@ -60,6 +61,7 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
     TrojAI arguments appended) must be given. A crash, timeout, missing, unparsable, NaN or
     out-of-range answer scores p = 0.5 and is recorded with its reason, and a rerun keeps it (TrojAI's
     rule); ``retry_failed`` re-runs those models instead, for failures that were not the detector's.
+    ``executor="ray"`` scores a registered detector's models as Ray tasks (:mod:`.ray_runner`).
     """
     zoo = Path(zoo)
     out = check_writable_dir(out)
@@ -67,6 +69,10 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
         raise ConfigError("give exactly one of --detector NAME or --command \"CMD\"")
     if workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {workers}")
+    if executor not in ("local", "ray"):
+        raise ConfigError(f"--executor must be local or ray, got {executor!r}")
+    if executor == "ray" and command is not None:
+        raise ConfigError("--executor ray runs registered detectors (--detector); a --command runs on this machine")
     if not time_limit_s > 0:
         raise ConfigError(f"--time-limit must be positive, got {time_limit_s}")
     model_dirs = _select_models(zoo, models)
@@ -123,6 +129,11 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
                 runner: Any = SubprocessRunner(argv, zoo=zoo, scratch=scratch, log_dir=out / "logs", workers=workers,
                                                time_limit_s=time_limit_s, limits=limits, env=env,
                                                cwd=Path(cwd) if cwd else None)
+            elif executor == "ray":
+                from trojanscope.scoring.ray_runner import RayRunner
+
+                runner = RayRunner(detector, str(params) if params else None, zoo=zoo, scratch=scratch,
+                                   workers=workers, time_limit_s=time_limit_s, env=env)
             else:
                 runner = InProcessRunner(detector, str(params) if params else None, zoo=zoo, scratch=scratch,
                                          log_dir=out / "logs", workers=workers, time_limit_s=time_limit_s, env=env)
