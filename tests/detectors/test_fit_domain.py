@@ -85,3 +85,19 @@ def test_results_flag_and_report_split_seen_and_unseen(weights_params, mixed_zoo
     table = pd.read_csv(tmp_path / "run" / "breakdown.csv")
     split = table[table["factor"] == "fit domain"].set_index("level")["n"].to_dict()
     assert split == {"seen shape": 4, "unseen shape": 1}
+
+
+@pytest.mark.slow
+def test_fit_on_ray_gives_the_same_parameters_as_the_local_pool(strong_zoo, tmp_path, monkeypatch):
+    """detect fit --executor ray: features computed as Ray tasks, rows in model order, identical fit."""
+    import os
+
+    if not os.environ.get("CI"):
+        pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]'); CI runs this")
+    from trojanscope.detectors.runner import fit_on_zoo
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    fit_on_zoo(strong_zoo, "weights", tmp_path / "local.json", workers=2)
+    fit_on_zoo(strong_zoo, "weights", tmp_path / "ray.json", workers=2, executor="ray")
+    local, ray = (json.loads((tmp_path / f"{k}.json").read_text()) for k in ("local", "ray"))
+    assert ray["classifier"] == local["classifier"]

@@ -107,11 +107,14 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         out: Path = typer.Option(None, "--out", help="Output JSON (default params/NAME.json)."),
         workers: int = typer.Option(1, "--workers", min=1, help="Processes computing features in parallel."),
         limit: int = typer.Option(None, "--limit", min=2, help="Use only the first N models (quick runs)."),
+        executor: str = typer.Option("local", "--executor", help="local (processes here) or ray (Ray tasks on a "
+                                     "fresh local cluster or RAY_ADDRESS; the zoo must be at the same path on every "
+                                     "node; docs/cluster.md)."),
     ) -> None:
         from trojanscope.detectors.runner import fit_on_zoo
 
         out = out or Path("params") / f"{detector}.json"
-        det, n = fit_on_zoo(zoo_dir, detector, out, workers=workers, limit=limit)
+        det, n = fit_on_zoo(zoo_dir, detector, out, workers=workers, limit=limit, executor=executor)
         clf = det.classifier_
         typer.echo(f"fitted {detector} on {n} models: C={clf.C:g}, eps={clf.eps:g}, "
                    f"cross-validated CE {clf.cv_cross_entropy:.4f}, ROC-AUC {clf.cv_roc_auc:.4f}; wrote {out}")

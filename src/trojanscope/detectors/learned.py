@@ -86,8 +86,12 @@ def _worker(args: tuple[ModelInputs, list[str], dict[str, dict]]) -> tuple[dict[
 
 
 def feature_table(models: Sequence[ModelInputs], families: Sequence[str], family_params: dict[str, dict] | None = None,
-                  workers: int = 1, progress: bool = True) -> tuple[list[dict[str, float]], list[float]]:
-    """Features (and seconds) for many models; shared tables are built once here, before any worker starts."""
+                  workers: int = 1, progress: bool = True, executor: str = "local"
+                  ) -> tuple[list[dict[str, float]], list[float]]:
+    """Features (and seconds) for many models; shared tables are built once here, before any worker starts.
+
+    ``executor="ray"`` computes them as Ray tasks (at most ``workers`` at once; the models' folders must be
+    readable at the same paths on every node); the rows come back in ``models``' order either way."""
     fams = _families(families, family_params)
     fparams = {f.name: f.params() for f in fams}
     if models:
@@ -101,7 +105,16 @@ def feature_table(models: Sequence[ModelInputs], families: Sequence[str], family
 
         bar = tqdm(total=len(jobs), unit="model", desc="features")
     results: list[tuple[dict[str, float], float]] = []
-    if workers <= 1:
+    if executor == "ray":
+        from trojanscope.rounds.executor import RayExecutor
+
+        by_index: dict[int, tuple[dict[str, float], float]] = {}
+        for i, res in RayExecutor(workers).run(_indexed_worker, list(enumerate(jobs))):
+            by_index[i] = res
+            if bar is not None:
+                bar.update(1)
+        results = [by_index[i] for i in range(len(jobs))]
+    elif workers <= 1:
         for job in jobs:
             results.append(_worker(job))
             if bar is not None:
@@ -117,6 +130,10 @@ def feature_table(models: Sequence[ModelInputs], families: Sequence[str], family
     if bar is not None:
         bar.close()
     return [r[0] for r in results], [r[1] for r in results]
+
+
+def _indexed_worker(item: tuple[int, tuple]) -> tuple[int, tuple[dict[str, float], float]]:
+    return item[0], _worker(item[1])
 
 
 def matrix(rows: Sequence[dict[str, float]], names: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
@@ -146,10 +163,12 @@ class MetaDetector(Detector):
     fallback: ClassVar[dict[str, str]] = {}  # modality -> detector that scores models of that modality instead
     needs = _FamiliesNeeds()  # type: ignore[assignment]
 
-    def __init__(self, family_params: dict[str, dict] | None = None, workers: int = 1, seed: int = 0) -> None:
+    def __init__(self, family_params: dict[str, dict] | None = None, workers: int = 1, seed: int = 0,
+                 executor: str = "local") -> None:
         self.family_params = family_params
         self.workers = workers
         self.seed = seed
+        self.executor = executor  # where fit computes the training models' features: local processes or ray
 
     @classmethod
     def default(cls) -> MetaDetector:
@@ -181,7 +200,8 @@ class MetaDetector(Detector):
             self._check_modality(m)
         from trojanscope.detectors import domain
 
-        rows, _ = feature_table(models, self.families, self.family_params, workers=self.workers)
+        rows, _ = feature_table(models, self.families, self.family_params, workers=self.workers,
+                                executor=getattr(self, "executor", "local"))
         self.fit_features(rows, labels)
         self.trained_on_["domain"] = domain.summarize(domain.model_domain(m) for m in models)
         return self

@@ -87,7 +87,7 @@ def zoo_inputs(zoo: Path | str, limit: int | None = None) -> tuple[list[ModelInp
 
 
 def fit_on_zoo(zoo: Path | str, detector: str, out: Path | str, *, workers: int = 1, limit: int | None = None,
-               command: str | None = None):
+               command: str | None = None, executor: str = "local"):
     """Fit ``detector`` on every labelled model of ``zoo`` and save its JSON parameters to ``out``
     (``command``, recorded as provenance, defaults to the equivalent ``trojanscope detect fit``)."""
     from trojanscope.detectors import DETECTORS
@@ -98,7 +98,9 @@ def fit_on_zoo(zoo: Path | str, detector: str, out: Path | str, *, workers: int 
         raise ConfigError(f"detector {detector!r} has nothing to fit; learned detectors: "
                           + ", ".join(n for n in DETECTORS.names() if _is_learned(n)))
     models, labels = zoo_inputs(zoo, limit)
-    det = cls(workers=workers).fit(models, labels)
+    if executor not in ("local", "ray"):
+        raise ConfigError(f"--executor must be local or ray, got {executor!r}")
+    det = cls(workers=workers, executor=executor).fit(models, labels)
     det.save(out, zoo=str(zoo),
              command=command or f"trojanscope detect fit --zoo {zoo} --detector {detector} --out {out}")
     return det, len(models)
