@@ -66,12 +66,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--count", type=int, default=4)
     ap.add_argument("--out", type=Path, default=Path("/tmp/cluster-bench"))
     ap.add_argument("--evaluate", action="store_true", help="also time the default detector per model")
+    ap.add_argument("--cache", type=Path, default=None, help="embedding cache to reuse (default: a new one in OUT; "
+                    "the first encoding of round5-cpu's pools takes minutes)")
     args = ap.parse_args(argv)
     from trojanscope.rounds.zoo import make_zoo
 
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)
-    cache = args.out / "embeddings.sqlite"
+    cache = args.cache or args.out / "embeddings.sqlite"
 
     t0 = time.perf_counter()  # 1. pools and their encoding: the serial part of every zoo job
     make_zoo(args.preset, "holdout", 1, args.out / "warm", workers=1, cache_path=cache, progress=False)

@@ -54,8 +54,8 @@ def _family_digest(family: str) -> str:
     return h.hexdigest()[:16]
 
 
-def features_for(zoo: Path, cache_file: Path, workers: int, families: tuple[str, ...] = FAMILIES
-                 ) -> tuple[list[str], list[dict], list[int | None], list]:
+def features_for(zoo: Path, cache_file: Path, workers: int, families: tuple[str, ...] = FAMILIES,
+                 executor: str = "local") -> tuple[list[str], list[dict], list[int | None], list]:
     """(names, feature rows, labels, seconds) for every model of ``zoo``.
 
     The cache holds each family's features per model under that family's code digest: only the families
@@ -83,7 +83,7 @@ def features_for(zoo: Path, cache_file: Path, workers: int, families: tuple[str,
         if not todo:
             continue
         print(f"{zoo}: family {fam} for {len(todo)} models")
-        rows, secs = feature_table([inputs_for_model_dir(d) for d in todo], (fam,), workers=workers)
+        rows, secs = feature_table([inputs_for_model_dir(d) for d in todo], (fam,), workers=workers, executor=executor)
         for d, r, sec in zip(todo, rows, secs, strict=True):
             models.setdefault(d.name, {})[fam] = {"features": r, "seconds": sec}
         cache["format"] = 3
@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None, *, families: tuple[str, ...] = FAMILIES,
     ap.add_argument("--test", type=Path, default=Path(zoos[1]))
     ap.add_argument("--out", type=Path, default=Path("/tmp/det-bench"))
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--executor", choices=("local", "ray"), default="local",
+                    help="ray: features as Ray tasks (fresh local cluster or RAY_ADDRESS), harness on Ray actors")
     ap.add_argument("--generate", default=None, help="preset to generate/resume the zoos with (e.g. round5-cpu)")
     ap.add_argument("--train-count", type=int, default=200)
     ap.add_argument("--test-count", type=int, default=100)
@@ -124,10 +126,12 @@ def main(argv: list[str] | None = None, *, families: tuple[str, ...] = FAMILIES,
     from trojanscope.scoring.metrics import score_all
 
     t0 = time.perf_counter()
-    _, tr_rows, tr_y, tr_s = features_for(args.train, args.out / "features-train.json", args.workers, families)
+    _, tr_rows, tr_y, tr_s = features_for(args.train, args.out / "features-train.json", args.workers, families,
+                                          args.executor)
     have_test = args.test.is_dir() and any((args.test / "models").glob("id-*/model.pt"))
     if have_test:
-        te_names, te_rows, te_y, te_s = features_for(args.test, args.out / "features-test.json", args.workers, families)
+        te_names, te_rows, te_y, te_s = features_for(args.test, args.out / "features-test.json", args.workers,
+                                                     families, args.executor)
     else:
         print(f"no test zoo at {args.test}: cross-validated train numbers only")
         te_rows, te_y, te_s = [], [], [0.0]
@@ -154,7 +158,7 @@ def main(argv: list[str] | None = None, *, families: tuple[str, ...] = FAMILIES,
     from trojanscope.scoring.harness import evaluate
 
     shutil.rmtree(args.out / f"harness-{default}", ignore_errors=True)  # the detector was just refitted
-    run = evaluate(args.test, args.out / f"harness-{default}", detector=default,
+    run = evaluate(args.test, args.out / f"harness-{default}", detector=default, executor=args.executor,
                    params=args.out / f"{default}.json", workers=args.workers, progress=True)
     s = run.scores
     ok = run.results[run.results["status"] == "ok"]
