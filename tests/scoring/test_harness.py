@@ -258,3 +258,15 @@ def test_resume_with_refitted_parameters_is_refused(tmp_path: Path) -> None:
     _check_same_run(out, _previous_run(out), settings)  # same file contents: resuming is fine
     with pytest.raises(ConfigError, match="parameters file p.json had other contents"):
         _check_same_run(out, _previous_run(out), {**settings, "params_sha256": "bb"})
+
+
+def test_mean_pooled_models_never_get_cls_token_is_first(tmp_path: Path, scripts: dict[str, str]) -> None:
+    # Zoos written before the fix say summary_rule "mean" with cls_token_is_first true: the rule wins.
+    zoo = make_zoo(tmp_path / "zoo", n=2)
+    for cfg_path in (zoo / "models").glob("id-*/config.json"):
+        cfg = json.loads(cfg_path.read_text())
+        cfg_path.write_text(json.dumps({**cfg, "summary_rule": "mean", "cls_token_is_first": True}))
+    log = tmp_path / "argv.jsonl"
+    evaluate(zoo, tmp_path / "run", command=scripts["args"], env={"ARGV_LOG": str(log)}, progress=False)
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(calls) == 2 and all("--cls_token_is_first" not in c["argv"] for c in calls)

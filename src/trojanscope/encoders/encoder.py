@@ -154,13 +154,14 @@ class Encoder:
         model_type = getattr(config, "model_type", "") or ""
         decoder = model_type in _DECODER_TYPES or bool(getattr(config, "is_decoder", False))
         self.embedding = source.embedding or _LABELS.get(model_type, model_type or "unknown")
-        self.cls_token_is_first = not decoder
         self.dim = int(getattr(config, "hidden_size", None) or getattr(config, "n_embd", None) or config.dim)
         if summary_rule is None:
             summary_rule = _pooling_rule(source.model_dir) or ("last" if decoder else "first")
         if summary_rule not in SUMMARY_RULES:
             raise EncoderError(f"summary rule {summary_rule!r} is unknown; use one of: {', '.join(SUMMARY_RULES)}")
         self.summary_rule = summary_rule
+        # TrojAI's flag names the token a detector reads; a mean-pooled encoder never claims token 0.
+        self.cls_token_is_first = summary_rule == "first"
         hard_max, soft_max = self._window_limits()
         self.model_max_length = hard_max
         self.num_special_tokens = int(self._tokenizer.num_special_tokens_to_add(pair=False))

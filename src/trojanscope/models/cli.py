@@ -26,10 +26,13 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from trojanscope.models.check import check_zoo
+        from trojanscope.models.check import check_zoo, mean_pooling_warning
 
         names, problems = check_zoo(zoo_dir)
         console = Console()
+        warning = mean_pooling_warning(zoo_dir)
+        if warning:
+            typer.echo(warning, err=True)
         if not problems:
             console.print(f"[green]ok[/green]: {len(names)} model folders in {zoo_dir}, no problems")
             return
@@ -59,7 +62,11 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         Other files are copied as they are. Every exported file is re-read through the safe loader and
         checked weight for weight; the output appears atomically.
         """
+        from trojanscope.models.check import mean_pooling_warning
         from trojanscope.models.export import export_zoo
 
         exported = export_zoo(src, out, fmt=fmt, overwrite=force)
+        warning = mean_pooling_warning(out)
+        if warning:
+            typer.echo(warning, err=True)
         typer.echo(f"exported {len(exported)} models to {out} ({fmt}); model_factories.py is at {out}")
