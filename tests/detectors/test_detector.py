@@ -159,3 +159,15 @@ def test_shipped_default_parameters_load():
     shipped = json.loads((resources.files("trojanscope.detectors") / "params" / "default.json").read_text())
     assert shipped["trained_on"]["command"].startswith("trojanscope detect fit")
     assert shipped["trained_on"]["n_models"] >= 4
+
+
+def test_encoder_source_is_named_when_pickles_are_given(tmp_path):
+    from trojanscope.detectors.runner import encoder_source_note
+
+    config = {"embedding_flavor": "sentence-transformers/all-MiniLM-L6-v2", "summary_rule": "first"}
+    tok, emb = tmp_path / "tok.pt", tmp_path / "emb.pt"
+    tok.write_bytes(b"pickle"), emb.write_bytes(b"pickle")
+    assert encoder_source_note(config, None, None) is None
+    note = encoder_source_note(config, tok, emb)
+    assert "\n" not in note and "--tokenizer_filepath tok.pt" in note and "--embedding_filepath emb.pt" in note
+    assert "not unpickled" in note and "'sentence-transformers/all-MiniLM-L6-v2'" in note and "'first'" in note
