@@ -293,6 +293,16 @@ class Encoder:
             lo -= 1
         return piece(lo)
 
+    def save_trojai_pickles(self, tokenizer_path: Path, embedding_path: Path) -> None:
+        """Write the tokenizer and the encoder model as whole-object ``torch.save`` pickles, as TrojAI shipped
+        them. Loading them runs code named in the file: for trusted use only (trojanscope never unpickles them).
+        """
+        import torch
+
+        for obj, path in ((self._tokenizer, tokenizer_path), (self._model, embedding_path)):
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            torch.save(obj, path)
+
     def config_fields(self) -> dict[str, Any]:
         """The fields a model config records so :func:`encoder_for_config` can rebuild this encoder."""
         return {
