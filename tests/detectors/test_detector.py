@@ -223,3 +223,15 @@ def test_configure_mode_bad_input_is_one_line(tmp_path, capsys):
     assert "nothing to learn" in _ok(["detect", "--detector", "constant", "--configure_mode",
                                       "--configure_models_dirpath", str(tmp_path),
                                       "--learned_parameters_dirpath", str(tmp_path / "l")])
+
+
+def test_encoder_source_is_named_when_pickles_are_given(tmp_path):
+    from trojanscope.detectors.runner import encoder_source_note
+
+    config = {"embedding_flavor": "sentence-transformers/all-MiniLM-L6-v2", "summary_rule": "first"}
+    tok, emb = tmp_path / "tok.pt", tmp_path / "emb.pt"
+    tok.write_bytes(b"pickle"), emb.write_bytes(b"pickle")
+    assert encoder_source_note(config, None, None) is None
+    note = encoder_source_note(config, tok, emb)
+    assert "\n" not in note and "--tokenizer_filepath tok.pt" in note and "--embedding_filepath emb.pt" in note
+    assert "not unpickled" in note and "'sentence-transformers/all-MiniLM-L6-v2'" in note and "'first'" in note

@@ -24,7 +24,7 @@ def test_minilm_loads_offline_with_384_dims(minilm):
     vectors = minilm.encode(SENTENCES)
     assert vectors.shape == (len(SENTENCES), 384) and vectors.dtype == np.float32
     assert np.isfinite(vectors).all()
-    assert minilm.summary_rule == "mean" and minilm.cls_token_is_first
+    assert minilm.summary_rule == "mean" and not minilm.cls_token_is_first  # mean pooling never claims token 0
     assert minilm.flavor == "sentence-transformers/all-MiniLM-L6-v2"
     assert minilm.max_length == 254  # sentence-transformers' 256 minus 2, as TrojAI truncated
     assert minilm.encode([]).shape == (0, 384)

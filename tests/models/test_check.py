@@ -69,3 +69,14 @@ def test_zoo_level_problems(tiny_zoo: Path, capsys) -> None:
         ("<zoo>", "metadata"), ("id-00000001", "examples"), ("id-00000003", "model")}
     code, _ = _run(capsys, str(tiny_zoo / "absent"))
     assert code == 1
+
+
+def test_mean_pooled_zoo_warns_once(tiny_zoo: Path, capsys) -> None:
+    configs = sorted((tiny_zoo / "models").glob("id-*/config.json"))
+    for rule in ("first", "mean"):
+        for cfg_path in configs:
+            cfg = json.loads(cfg_path.read_text())
+            cfg_path.write_text(json.dumps({**cfg, "summary_rule": rule, "cls_token_is_first": rule == "first"}))
+        code, out = _run(capsys, str(tiny_zoo))
+        assert code == 0 and ("mean-pooled" in out) == (rule == "mean")
+    assert code == 0 and out.count("mean-pooled summary vector") == 1 and "round5-cpu-cls" in out

@@ -109,3 +109,28 @@ def test_export_of_a_zoo_with_an_unsafe_file_leaves_nothing(tiny_zoo: Path, tmp_
     assert "refusing to load os.system" in capsys.readouterr().err
     assert not (tmp_path / "exp").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_export_ships_tokenizer_and_embedding_pickles_named_as_nists(tiny_zoo: Path, tmp_path: Path) -> None:
+    from trojanscope.models.encoder_files import choose_encoder
+    from trojanscope.scoring.neutral import zoo_assets
+
+    out = tmp_path / "exported"
+    export_zoo(tiny_zoo, out)
+    name = "MiniLM-sentence-transformers-all-MiniLM-L6-v2.pt"
+    assert sorted(p.name for p in (out / "tokenizers").iterdir()) == [name]
+    assert sorted(p.name for p in (out / "embeddings").iterdir()) == [name]
+    for model_dir in list_model_dirs(out):
+        config = json.loads((model_dir / "config.json").read_text())
+        assert config["embedding_filename"] == name
+        assert zoo_assets(out, config) == (out / "tokenizers" / name, out / "embeddings" / name)
+        # our own reader never unpickles them: it names the file and falls back to the config's flavor
+        choice = choose_encoder(model_dir, config)
+        assert choice.kind == "flavor" and "not unpickled" in choice.message
+    tokenizer = torch.load(out / "tokenizers" / name, weights_only=False)  # trusted: we just wrote it
+    embedding = torch.load(out / "embeddings" / name, weights_only=False)
+    batch = tokenizer(["a fine film"], return_tensors="pt")
+    with torch.no_grad():
+        hidden = embedding(**batch).last_hidden_state
+    assert hidden.shape[-1] == 384
+    assert "only do it for files you trust" in (out / "README.txt").read_text()

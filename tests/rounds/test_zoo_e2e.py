@@ -49,10 +49,13 @@ def test_layout_file_by_file(tiny_zoo) -> None:
         n_triggers = (1 + (row["trigger_organization"] == "pair-one2one")) if poisoned else 0
         assert len(cfg["triggers"]) == n_triggers
         examples = sorted(p.name for p in (d / "clean_example_data").iterdir())
-        assert examples == sorted(f"class_{c}_example_{k}.txt" for c in range(2) for k in range(3))
+        assert examples == sorted(f"class_{c}_example_{k}.txt" for c in range(2) for k in (1, 2, 3))  # NIST: from 1
+        assert cfg["train_data_filepath"] == f"{cfg['source_dataset']}:train"
+        assert cfg["test_data_filepath"] == f"{cfg['source_dataset']}:test"
         if poisoned:
             for p in (d / "poisoned_example_data").iterdir():
                 assert p.name.startswith("source_class_") and "_target_class_" in p.name
+                assert not p.name.endswith("_example_0.txt")
         stats = pd.read_csv(d / "model_detailed_stats.csv")
         assert list(stats.columns) == [
             "epoch_number",

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -289,3 +290,39 @@ def test_retry_failed_reruns_only_the_failed_models(tmp_path: Path) -> None:
     retried = evaluate(zoo, tmp_path / "run", command=command, progress=False, retry_failed=True)
     assert (retried.results["status"] == "ok").all() and (retried.results["probability"] == 0.7).all()
     assert len(log.read_text().splitlines()) == 4 + len(failed)  # only the failed ones ran again
+
+
+def test_mean_pooled_models_never_get_cls_token_is_first(tmp_path: Path, scripts: dict[str, str]) -> None:
+    # Zoos written before the fix say summary_rule "mean" with cls_token_is_first true: the rule wins.
+    zoo = make_zoo(tmp_path / "zoo", n=2)
+    for cfg_path in (zoo / "models").glob("id-*/config.json"):
+        cfg = json.loads(cfg_path.read_text())
+        cfg_path.write_text(json.dumps({**cfg, "summary_rule": "mean", "cls_token_is_first": True}))
+    log = tmp_path / "argv.jsonl"
+    evaluate(zoo, tmp_path / "run", command=scripts["args"], env={"ARGV_LOG": str(log)}, progress=False)
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(calls) == 2 and all("--cls_token_is_first" not in c["argv"] for c in calls)
+
+
+def test_in_model_copy_runs_command_where_trojai_detectors_expect(tmp_path: Path, monkeypatch) -> None:
+    zoo = make_zoo(tmp_path / "zoo", n=2)
+    (zoo / "model_factories.py").write_text("MARK = 0.25\n")
+    script = tmp_path / "bin" / "nist_style.py"
+    script.parent.mkdir()
+    script.write_text(textwrap.dedent("""
+        import json, os, sys
+        import model_factories  # importable from the zoo root
+        cfg = json.load(open("./model/config.json"))  # relative to the working directory, as NIST's example
+        assert os.path.isfile("./model/model.pt") and cfg["number_classes"] == 2
+        out = sys.argv[sys.argv.index("--result_filepath") + 1]
+        assert os.path.abspath(out).startswith(os.getcwd())
+        open(out, "w").write(str(model_factories.MARK))
+    """))
+    monkeypatch.chdir(tmp_path)  # the command names its script relative to the launch directory
+    res = evaluate(zoo, tmp_path / "run", command=f"{sys.executable} bin/nist_style.py", in_model_copy=True,
+                   progress=False)
+    assert res.scores["n_failed"] == 0 and (res.results["probability"] == 0.25).all()
+    plain = evaluate(zoo, tmp_path / "run-plain", command=f"{sys.executable} bin/nist_style.py", progress=False)
+    assert plain.scores["n_failed"] == 2  # without the option ./model/ is not there
+    with pytest.raises(ConfigError, match="--in-model-copy applies to --command only"):
+        evaluate(zoo, tmp_path / "run-det", detector="oracle", in_model_copy=True, progress=False)

@@ -57,6 +57,9 @@ def run_contract(
             raise ConfigError(f"{learned_parameters_dirpath}: no {params.name} here; run configure mode first "
                               f"(--configure_mode --configure_models_dirpath DIR --learned_parameters_dirpath "
                               f"{learned_parameters_dirpath}) or leave --learned_parameters_dirpath out")
+    note = encoder_source_note(config, tokenizer_filepath, embedding_filepath)
+    if note:
+        print(note, file=sys.stderr)
     det = load_detector(detector, None if params is None else str(params))
     answer = det.score(inputs)
     p = float(answer.probability)
@@ -66,6 +69,27 @@ def run_contract(
         raise ConfigError(f"detector {detector!r} answered {p!r}, not a probability in [0, 1]")
     atomic_write_text(result_filepath, f"{p:.6f}\n")
     return p
+
+
+def encoder_source_note(config: dict, tokenizer_filepath: Path | str | None,
+                        embedding_filepath: Path | str | None) -> str | None:
+    """One line naming the encoder source when TrojAI's tokenizer/embedding pickles are given (else ``None``).
+
+    Pickled files are never unpickled (they would run code they name); a model folder is used as given.
+    """
+    files = [(flag, Path(value)) for flag, value in (("--tokenizer_filepath", tokenizer_filepath),
+                                                     ("--embedding_filepath", embedding_filepath))
+             if value and Path(value).is_file()]
+    if not files:
+        return None
+    given = ", ".join(f"{flag} {path.name}" for flag, path in files)
+    embedding = Path(embedding_filepath) if embedding_filepath else None
+    if embedding is not None and embedding.is_dir():
+        source = f"the embedding folder {embedding}"
+    else:
+        source = f"embedding_flavor {config.get('embedding_flavor')!r} from config.json"
+    rule = config.get("summary_rule") or ("first" if config.get("cls_token_is_first") else "last")
+    return f"encoder: {given} not unpickled (pickles run code); using {source}, summary rule {rule!r}"
 
 
 def zoo_inputs(zoo: Path | str, limit: int | None = None) -> tuple[list[ModelInputs], list[int]]:

@@ -154,13 +154,14 @@ class Encoder:
         model_type = getattr(config, "model_type", "") or ""
         decoder = model_type in _DECODER_TYPES or bool(getattr(config, "is_decoder", False))
         self.embedding = source.embedding or _LABELS.get(model_type, model_type or "unknown")
-        self.cls_token_is_first = not decoder
         self.dim = int(getattr(config, "hidden_size", None) or getattr(config, "n_embd", None) or config.dim)
         if summary_rule is None:
             summary_rule = _pooling_rule(source.model_dir) or ("last" if decoder else "first")
         if summary_rule not in SUMMARY_RULES:
             raise EncoderError(f"summary rule {summary_rule!r} is unknown; use one of: {', '.join(SUMMARY_RULES)}")
         self.summary_rule = summary_rule
+        # TrojAI's flag names the token a detector reads; a mean-pooled encoder never claims token 0.
+        self.cls_token_is_first = summary_rule == "first"
         hard_max, soft_max = self._window_limits()
         self.model_max_length = hard_max
         self.num_special_tokens = int(self._tokenizer.num_special_tokens_to_add(pair=False))
@@ -291,6 +292,16 @@ class Encoder:
         while lo > 0 and self.count_tokens([piece(lo)])[0] > budget:  # guard: counts are not strictly additive
             lo -= 1
         return piece(lo)
+
+    def save_trojai_pickles(self, tokenizer_path: Path, embedding_path: Path) -> None:
+        """Write the tokenizer and the encoder model as whole-object ``torch.save`` pickles, as TrojAI shipped
+        them. Loading them runs code named in the file: for trusted use only (trojanscope never unpickles them).
+        """
+        import torch
+
+        for obj, path in ((self._tokenizer, tokenizer_path), (self._model, embedding_path)):
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            torch.save(obj, path)
 
     def config_fields(self) -> dict[str, Any]:
         """The fields a model config records so :func:`encoder_for_config` can rebuild this encoder."""

@@ -17,7 +17,9 @@ from trojanscope.models.layout import (
     MODEL_FILE,
     example_image_labels,
     find_examples_dir,
+    list_model_dirs,
     models_root,
+    read_config,
     read_examples,
     read_ground_truth,
     read_metadata,
@@ -153,3 +155,26 @@ def check_zoo(zoo: Path | str) -> tuple[list[str], list[Problem]]:
             for extra in sorted(set(rows) - set(names)):
                 problems.append(Problem(extra, "metadata", "METADATA.csv row has no model folder"))
     return [f.name for f in folders], problems
+
+
+def mean_pooling_warning(zoo: Path | str) -> str | None:
+    """One line when models of ``zoo`` read a mean-pooled summary vector, which TrojAI's contract cannot name.
+
+    TrojAI-era detectors read token 0 (``--cls_token_is_first``) or the last token; a ``summary_rule: mean``
+    model gives them the wrong vector. ``None`` when every config names first/last (or none).
+    """
+    try:
+        folders = list_model_dirs(zoo)
+    except TrojanscopeError:
+        return None
+    mean = 0
+    for folder in folders:
+        try:
+            mean += read_config(folder).get("summary_rule") == "mean"
+        except (TrojanscopeError, AttributeError):  # a broken config is check_zoo's to report
+            continue
+    if not mean:
+        return None
+    return (f"warning: {mean} of {len(folders)} models read a mean-pooled summary vector (summary_rule: mean); "
+            "TrojAI-era detectors read the first or last token and will see the wrong vector; "
+            "build the zoo from a TrojAI-exact preset (e.g. round5-cpu-cls) for such detectors")

@@ -26,10 +26,13 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from trojanscope.models.check import check_zoo
+        from trojanscope.models.check import check_zoo, mean_pooling_warning
 
         names, problems = check_zoo(zoo_dir)
         console = Console()
+        warning = mean_pooling_warning(zoo_dir)
+        if warning:
+            typer.echo(warning, err=True)
         if not problems:
             console.print(f"[green]ok[/green]: {len(names)} model folders in {zoo_dir}, no problems")
             return
@@ -56,10 +59,18 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         FCLinearModel or LinearModel (as NIST's Round 5/6 files), and model_factories.py is written at the
         zoo root. A TrojAI detector loads a model with plain torch.load once that file is importable:
         `sys.path.insert(0, OUT)` or `PYTHONPATH=OUT`, or copy OUT/model_factories.py next to the detector.
+        A text zoo also gets tokenizers/NAME.pt and embeddings/NAME.pt (NAME = <embedding>-<flavor>.pt),
+        the tokenizer and encoder as whole torch.save pickles as NIST shipped them, named in each config.json's
+        embedding_filename; the harness passes them as --tokenizer_filepath / --embedding_filepath. They are
+        pickles: load them only if you trust the zoo (trojanscope itself never unpickles them).
         Other files are copied as they are. Every exported file is re-read through the safe loader and
         checked weight for weight; the output appears atomically.
         """
+        from trojanscope.models.check import mean_pooling_warning
         from trojanscope.models.export import export_zoo
 
         exported = export_zoo(src, out, fmt=fmt, overwrite=force)
+        warning = mean_pooling_warning(out)
+        if warning:
+            typer.echo(warning, err=True)
         typer.echo(f"exported {len(exported)} models to {out} ({fmt}); model_factories.py is at {out}")

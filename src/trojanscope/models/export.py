@@ -1,21 +1,26 @@
 """``trojanscope zoo export --format trojai``: a copy of a zoo that TrojAI-era detectors read unchanged.
 
 Every ``model.pt`` becomes a whole-module pickle of a ``model_factories`` class, and ``model_factories.py``
-is written at the zoo root. A TrojAI detector finds it when the zoo root is on its import path
+is written at the zoo root. A text zoo also gets ``tokenizers/<name>.pt`` and ``embeddings/<name>.pt``,
+the tokenizer and the encoder as whole ``torch.save`` pickles named as NIST's (``<embedding>-<flavor>.pt``,
+``/`` → ``-``), and each model's ``config.json`` names the file in ``embedding_filename``.
+A TrojAI detector finds ``model_factories.py`` when the zoo root is on its import path
 (``sys.path.insert(0, ZOO)`` or ``PYTHONPATH=ZOO``) or when the file is copied next to the detector.
 The export is written into a temporary folder and renamed into place, so a crash leaves nothing half-done.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from trojanscope.errors import ConfigError, ModelFileError
 from trojanscope.fsutil import atomic_dir, atomic_write_text
-from trojanscope.models.layout import MODEL_FILE, list_model_dirs, models_root
+from trojanscope.models.layout import MODEL_FILE, list_model_dirs, models_root, read_config
 from trojanscope.models.loading import load_model
 from trojanscope.models.trojai_format import MODEL_FACTORIES_SOURCE, save_trojai_pickle
 
@@ -25,8 +30,11 @@ TrojAI-format export of {src} (trojanscope zoo export --format trojai).
 Each models/id-*/model.pt is a whole pickled model_factories.* module, as in NIST's Round 5/6 datasets.
 A TrojAI detector loads it with plain torch.load once model_factories.py (in this folder) is importable:
 sys.path.insert(0, "<this folder>"), PYTHONPATH=<this folder>, or copy it next to the detector.
-Unpickling runs code named by the file: only do it for files you trust. trojanscope.load_model reads
-these files through an allow-list instead. The original zoo's README follows.
+tokenizers/ and embeddings/ (text zoos) hold the tokenizer and the encoder as whole torch.save pickles,
+passed to detectors as --tokenizer_filepath / --embedding_filepath; each config.json's embedding_filename
+names them. Unpickling runs code named by the file: only do it for files you trust. trojanscope.load_model
+reads model files through an allow-list instead and never unpickles the encoder files.
+The original zoo's README follows.
 """
 
 
@@ -55,6 +63,7 @@ def export_zoo(src: Path | str, dst: Path | str, fmt: str = "trojai", overwrite:
             save_trojai_pickle(model, out)
             _verify(model, out)
             exported.append(dst / rel_root / model_dir.name)
+        _write_encoder_files(tmp, [tmp / rel_root / d.name for d in model_dirs])
         atomic_write_text(tmp / "model_factories.py", MODEL_FACTORIES_SOURCE)
         readme = tmp / "README.txt"
         previous = readme.read_text(encoding="utf-8") if readme.is_file() else ""
@@ -67,3 +76,27 @@ def _verify(model: torch.nn.Module, path: Path) -> None:
     for key, value in model.state_dict().items():
         if key not in back or not torch.equal(back[key], value):
             raise ModelFileError(f"{path}: exported weights differ from the source at {key}; export aborted")
+
+
+def encoder_filename(config: dict[str, Any]) -> str | None:
+    """NIST's name for a text model's tokenizer/embedding file (``<embedding>-<flavor>.pt``); ``None`` if not text."""
+    if config.get("modality") == "image" or not config.get("embedding_flavor"):
+        return None
+    flavor = str(config["embedding_flavor"]).replace("/", "-")
+    return f"{config.get('embedding') or 'encoder'}-{flavor}.pt"
+
+
+def _write_encoder_files(root: Path, model_dirs: list[Path]) -> None:
+    """``tokenizers/`` and ``embeddings/`` pickles once per encoder, and ``embedding_filename`` in each config."""
+    from trojanscope.encoders import encoder_for_config
+
+    written: set[str] = set()
+    for model_dir in model_dirs:
+        config = read_config(model_dir)
+        name = encoder_filename(config)
+        if name is None:
+            continue
+        if name not in written:
+            encoder_for_config(config).save_trojai_pickles(root / "tokenizers" / name, root / "embeddings" / name)
+            written.add(name)
+        atomic_write_text(model_dir / "config.json", json.dumps({**config, "embedding_filename": name}, indent=2))

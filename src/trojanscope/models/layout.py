@@ -30,6 +30,8 @@ REDUCED_CONFIG_KEYS = (
     "embedding_filename",
     "embedding_max_length",
     "source_dataset",
+    "train_data_filepath",
+    "test_data_filepath",
     "number_classes",
     *IMAGE_CONFIG_KEYS,
 )

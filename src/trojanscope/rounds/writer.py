@@ -127,8 +127,8 @@ def write_model_folder(
     counters: dict[int, int] = {}
     items = []
     for c, text in clean:
-        items.append((f"class_{c}_example_{counters.get(c, 0)}.txt", text, c))
-        counters[c] = counters.get(c, 0) + 1
+        items.append((f"class_{c}_example_{counters.get(c, 1)}.txt", text, c))  # numbered from 1, as NIST's
+        counters[c] = counters.get(c, 1) + 1
     clean_acc = _write_examples(root / "clean_example_data", items, model, vec, "clean", root)
     poisoned_acc = None
     if plan.poisoned:
@@ -141,7 +141,7 @@ def write_model_folder(
                     t,
                     trig.target_class,
                 )
-                for i, (_, t) in enumerate(chosen)
+                for i, (_, t) in enumerate(chosen, start=1)
             ]
         poisoned_acc = _write_examples(root / "poisoned_example_data", items, model, vec, "poisoned", root)
     outcome = {**outcome, "clean_example_acc": clean_acc, "poisoned_example_acc": poisoned_acc}
@@ -177,6 +177,10 @@ def full_config(preset, plan, spec, encoder, outcome: dict[str, Any]) -> dict[st
         triggers=[dataclasses.asdict(t) for t in plan.triggers],
         training=preset.training.model_dump(),
         embedding_registry_name=plan.factors["embedding"],
+        # TrojAI configs carry these and NIST's example code indexes them; no per-model data file is shipped,
+        # so each names the source and split the model's texts came from.
+        train_data_filepath=f"{plan.factors['source_dataset']}:train",
+        test_data_filepath=f"{plan.factors['source_dataset']}:test",
     )
     for key, value in plan.factors.items():
         if key in ("embedding", "model_architecture", "source_dataset"):

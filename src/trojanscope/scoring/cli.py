@@ -92,6 +92,10 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
                                          "(N=10 on a train zoo = TrojAI's smoke test)."),
         memory_gb: float | None = typer.Option(None, "--memory-gb", help="Address-space limit per --command "
                                                "process (RLIMIT_AS), in GiB."),
+        in_model_copy: bool = typer.Option(False, "--in-model-copy", help="Run --command with each model's "
+                                           "neutral copy as working directory (./model/model.pt, "
+                                           "./model/config.json, as TrojAI-era detectors expect) and the zoo "
+                                           "root (its model_factories.py) first on PYTHONPATH."),
         seed: int = typer.Option(0, "--seed", help="Seed of the shuffled run order."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
         retry_failed: bool = typer.Option(False, "--retry-failed", help="Re-run the models an earlier run of OUT "
@@ -116,7 +120,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         limits = ResourceLimits(memory_bytes=int(memory_gb * 2**30)) if memory_gb else None
         result = run_evaluate(zoo_dir, out, detector=detector, params=params, command=command, workers=workers,
                               time_limit_s=time_limit, models=models, limits=limits, seed=seed, progress=progress,
-                              retry_failed=retry_failed, executor=executor)
+                              retry_failed=retry_failed, executor=executor, in_model_copy=in_model_copy)
         print_scores(result.scores, f"{detector or command} on {zoo_dir}")
         typer.echo(f"results: {out / 'results.csv'}   report: trojanscope report {out}")
         _require_scored(result.scores, str(zoo_dir))

@@ -52,7 +52,7 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
              command: str | Sequence[str] | None = None, workers: int = 1, time_limit_s: float = 600.0,
              models: Sequence[Path] | None = None, limits: ResourceLimits | None = None,
              env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
-             seed: int = 0, progress: bool = True, retry_failed: bool = False,
+             in_model_copy: bool = False, seed: int = 0, progress: bool = True, retry_failed: bool = False,
              executor: str = "local") -> EvaluationResult:
     """Run a detector over ``zoo`` (or the subset ``models``) and score it; resumes an interrupted run.
 
@@ -62,6 +62,10 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
     out-of-range answer scores p = 0.5 and is recorded with its reason, and a rerun keeps it (TrojAI's
     rule); ``retry_failed`` re-runs those models instead, for failures that were not the detector's.
     ``executor="ray"`` scores a registered detector's models as Ray tasks (:mod:`.ray_runner`).
+    ``in_model_copy`` runs ``command`` with each model's neutral copy as working directory
+    (``./model/model.pt``, ``./model/config.json``, as TrojAI-era detectors expect) and the zoo root first
+    on ``PYTHONPATH`` (its ``model_factories.py``); relative paths in ``command`` that name existing files
+    are then made absolute from ``cwd``.
     """
     zoo = Path(zoo)
     out = check_writable_dir(out)
@@ -76,7 +80,13 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
     if not time_limit_s > 0:
         raise ConfigError(f"--time-limit must be positive, got {time_limit_s}")
     model_dirs = _select_models(zoo, models)
+    if in_model_copy and command is None:
+        raise ConfigError("--in-model-copy applies to --command only; a registered --detector runs in-process")
     argv = _resolve_command(command, cwd) if command is not None else None
+    if argv is not None and in_model_copy:
+        base = Path(cwd) if cwd else Path.cwd()
+        argv = [str((base / a).resolve()) if not Path(a).is_absolute() and (base / a).is_file() else a
+                for a in argv]
     if detector is not None:
         _check_detector(detector, params)
 
@@ -102,7 +112,7 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
     model_hashes = {**recorded, **hashes}  # a stale row is gone from results.csv, so it reruns whatever happens
     covered = _covered_models(out, previous, names if models is not None else None)
     run_info = {**settings, "workers": workers, "time_limit_s": time_limit_s, "n_models": len(names),
-                "models": covered, "cwd": str(cwd) if cwd else None,
+                "models": covered, "cwd": str(cwd) if cwd else None, "in_model_copy": in_model_copy,
                 "limits": limits.__dict__ if limits else None, "env_keys": sorted(env) if env else [],
                 "started": started, "finished": None, "python": sys.version.split()[0],
                 "platform": platform.platform(), "cpus": os.cpu_count(), "model_sha256": model_hashes,
@@ -128,7 +138,7 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
             if argv is not None:
                 runner: Any = SubprocessRunner(argv, zoo=zoo, scratch=scratch, log_dir=out / "logs", workers=workers,
                                                time_limit_s=time_limit_s, limits=limits, env=env,
-                                               cwd=Path(cwd) if cwd else None)
+                                               cwd=Path(cwd) if cwd else None, in_model_copy=in_model_copy)
             elif executor == "ray":
                 from trojanscope.scoring.ray_runner import RayRunner
 

@@ -33,6 +33,9 @@ class NeutralCopy:
     @property
     def cls_token_is_first(self) -> bool | None:
         value = self.config.get("cls_token_is_first")
+        rule = self.config.get("summary_rule")
+        if rule is not None and rule != "first":
+            return False  # a mean- or last-token model (older zoos claimed true for mean): never pass the flag
         return None if value is None else bool(value)
 
     def cleanup(self) -> None:

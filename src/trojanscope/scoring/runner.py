@@ -207,10 +207,17 @@ class SubprocessRunner:
 
     def __init__(self, argv: Sequence[str], *, zoo: Path, scratch: Path, log_dir: Path, workers: int = 1,
                  time_limit_s: float = 600.0, limits: ResourceLimits | None = None,
-                 env: Mapping[str, str] | None = None, cwd: Path | None = None) -> None:
+                 env: Mapping[str, str] | None = None, cwd: Path | None = None,
+                 in_model_copy: bool = False) -> None:
         self.argv, self.zoo, self.scratch, self.log_dir = list(argv), zoo, scratch, log_dir
         self.workers, self.time_limit_s, self.limits, self.cwd = max(1, workers), time_limit_s, limits, cwd
         self.env = {**os.environ, **dict(env or {})}
+        # TrojAI-era detectors read ./model/config.json and import model_factories: run each in its copy,
+        # with the zoo root (where `zoo export` writes model_factories.py) first on PYTHONPATH.
+        self.in_model_copy = in_model_copy
+        if in_model_copy:
+            path = self.env.get("PYTHONPATH")
+            self.env["PYTHONPATH"] = str(Path(zoo).resolve()) + (os.pathsep + path if path else "")
         self._running: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -240,7 +247,8 @@ class SubprocessRunner:
             with open(log, "wb") as fh:
                 try:
                     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                                            cwd=self.cwd, env=self.env, start_new_session=True,
+                                            cwd=copy.root if self.in_model_copy else self.cwd, env=self.env,
+                                            start_new_session=True,
                                             preexec_fn=self.limits.apply if self.limits else None)
                 except (OSError, subprocess.SubprocessError) as exc:  # e.g. a script without a #! line
                     on_outcome(Outcome(task.name, DEFAULT_P, "crash", f"could not start: {one_line(exc, 200)}",
