@@ -191,6 +191,7 @@ def _design_levels(preset: AnyPreset) -> dict[str, int]:
         "bidirectional": len(h.bidirectional), "dropout": len(h.dropout),
         "adversarial_training_method": len(a.algorithm), "adversarial_training_ratio": len(a.ratio),
         "adversarial_eps": len(a.eps), "adversarial_training_iteration_count": len(a.pgd_iterations),
+        "epoch_budget": len(preset.training.epochs or []),
         "trigger_organization": len(t.organization), "triggers_0_type": len(t.type),
         "triggers_0_fraction": len(t.fraction), "triggers_0_condition": len(t.condition),
     }  # fmt: skip

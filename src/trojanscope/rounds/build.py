@@ -137,7 +137,7 @@ def build_model(
             data.val_triggered_labels,
             lr=tr.lr,
             batch_size=tr.batch_size,
-            max_epochs=tr.max_epochs,
+            max_epochs=plan.factors.get("epoch_budget") or tr.max_epochs,
             min_epochs=tr.min_epochs,
             patience=tr.patience,
             min_delta=tr.min_delta,

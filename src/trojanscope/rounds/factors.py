@@ -96,6 +96,8 @@ def draw_plan(preset: Preset, split: str, index: int) -> ModelPlan:
             factors[k], levels[k] = None, -1
     elif algo == "fbf":
         factors["adversarial_training_iteration_count"], levels["adversarial_training_iteration_count"] = 1, -1
+    if preset.training.epochs is not None:  # drawn before the label matters, so independent of it
+        draw("epoch_budget", preset.training.epochs)
     if arch in ("FCLinear", "Linear"):
         factors["bidirectional"], levels["bidirectional"] = None, -1
     if arch == "Linear":

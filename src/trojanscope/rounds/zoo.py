@@ -118,7 +118,10 @@ POOL_FORMAT = 2
 def _check_preset_snapshot(out: Path, raw: str) -> None:
     snap = out / "preset.toml"
     if snap.exists() and snap.read_text(encoding="utf-8") != raw:
-        raise ConfigError(f"{snap}: this zoo was made with a different preset; use a new --out folder")
+        raise ConfigError(
+            f"{snap}: this zoo was made with a different preset (or version); resume it with --preset {snap}, "
+            "or use a new --out folder"
+        )
     if not snap.exists():
         atomic_write_text(snap, raw)
 
