@@ -24,13 +24,19 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         data_root: Path = typer.Option(None, help="Corpora folder; default $TROJANSCOPE_DATA."),
         cache: Path = typer.Option(None, help="Embedding cache (SQLite) file; default $TROJANSCOPE_CACHE."),
         quiet: bool = typer.Option(False, help="No progress bar or summary."),
+        keep_failed: bool = typer.Option(
+            False, help="Keep models that miss the bars in the release (converged = False) instead of replacing them."
+        ),
     ) -> None:
         """Generate a round of clean and trojaned classifiers in TrojAI's on-disk layout.
 
         Each model is built in a temp folder and renamed into place when complete, so an interrupted
-        run never leaves a partial model; re-running finishes the missing ones. Text presets (round5-cpu,
-        round6-cpu, dynasent-cpu, round5) train heads on a frozen encoder's summary vectors; image presets
-        (round1-cpu; faithful round0/round1 need torchvision) train CNNs on synthetic sign scenes. Examples:
+        run never leaves a partial model; re-running finishes the missing ones. A model that misses the
+        preset's bars after its attempts is moved to OUT/failed/ and replaced by a fresh draw of the same
+        factor cell (OUT/replacements.log), so the release holds converged models only (--keep-failed: not).
+        Text presets (round5-cpu, round6-cpu, dynasent-cpu, round5) train heads on a frozen encoder's
+        summary vectors; image presets (round1-cpu; faithful round0/round1 need torchvision) train CNNs
+        on synthetic sign scenes. Examples:
 
             trojanscope zoo make --preset round5-cpu --split train --count 8 --out zoo/r5-train --workers 2
             trojanscope zoo make --preset round1-cpu --split test --count 4 --out zoo/r1-test --workers 2
@@ -48,6 +54,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
             cache_path=cache,
             executor=executor,
             progress=not quiet,
+            keep_failed=keep_failed,
         )
         if not quiet:
             typer.echo(f"{len(result.built)} models built, {result.skipped} already present in {out}")

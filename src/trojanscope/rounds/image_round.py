@@ -27,7 +27,7 @@ from trojanscope.fsutil import atomic_dir
 from trojanscope.models.architectures import HeadSpec
 from trojanscope.models.store import save_head
 from trojanscope.rounds.build import BuildOutcome, Timing, _accepted, machine_info
-from trojanscope.rounds.factors import ModelPlan, _is_poisoned, _pick, _source_target_pairs, model_rng
+from trojanscope.rounds.factors import ModelPlan, _is_poisoned, _pick, _source_target_pairs, model_rng, redraw_seed
 from trojanscope.rounds.preset import ImagePreset
 from trojanscope.rounds.training import Adversarial, predict_logits, train_head
 from trojanscope.rounds.writer import pick_examples, write_prediction_csvs, write_records
@@ -122,6 +122,15 @@ def draw_image_plan(preset: ImagePreset, split: str, index: int) -> ModelPlan:
             triggers.append(ImageTrigger(source, target, frac, cond, polygon))
             trigger_levels.append({"fraction": f_level, "condition": c_level})
     return ModelPlan(index, split, seed, poisoned, factors, levels, triggers, trigger_levels)
+
+
+def redraw_image_plan(preset: ImagePreset, plan: ModelPlan, draw: int) -> ModelPlan:
+    """A fresh image model of the same factor cell as ``plan`` (see ``factors.redraw_plan``): same levels,
+    label, classes, fraction and condition; new master seed and new polygon(s)."""
+    rng, seed = redraw_seed(preset, plan.split, plan.index, draw)
+    shape = {"sides_range": tuple(preset.triggers.sides), "area_range": tuple(preset.triggers.area)}
+    triggers = [dataclasses.replace(t, polygon=make_polygon(rng, **shape)) for t in plan.triggers]
+    return dataclasses.replace(plan, seed=seed, triggers=triggers)
 
 
 class Renderer:
