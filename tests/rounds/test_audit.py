@@ -131,3 +131,16 @@ def test_audit_refuses_missing_metadata_and_mixed_presets(tiny_zoo, tmp_path) ->
     assert not (zoo / AUDIT_FILE).exists()
     with pytest.raises(LayoutError, match="2 presets"):
         load_zoo(zoo)
+
+
+@pytest.mark.slow
+def test_audit_of_a_tiny_image_zoo_probes_squares(tiny_image_zoo, tmp_path) -> None:
+    zoo = tmp_path / "zoo"
+    shutil.copytree(tiny_image_zoo, zoo)
+    result = audit_zoo(zoo, n_boot=20, examples_per_class=2)
+    facts = {r["fact"]: r for r in result["shortcut"]["facts"]}
+    assert facts["batches_tracked"]["auc"] is not None  # the CNNs' BatchNorm step counters are read
+    nat = result["natural_trojans"]
+    assert nat["clean_models"] == 2 and nat["triggers_tested"] == 8 * 25 and "squares" in nat["trigger_kind"]
+    assert nat["flipping_models"] == 2  # the tiny preset's bar is 0.0
+    assert all(m["trigger"].startswith("6px #") for m in nat["models"])

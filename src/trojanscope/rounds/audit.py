@@ -9,9 +9,9 @@ audit measures four ways a round can fail that:
   of them together; 0.5 means the fact carries no label, with a bootstrap 95% interval over models;
 - *factor marginals*: per factor, a chi-square test of the drawn levels against the preset's design
   (uniform levels, ``poisoned_fraction``), and of the levels against the label;
-- *natural trojans* (text rounds): every trigger of the round's pools inserted into each clean model's
-  released clean examples; a clean model "flips like a trojaned one" when some trigger sends a source
-  class to a target class at the preset's triggered-accuracy bar;
+- *natural trojans*: every trigger of the round's pools (text) or a grid of one-colour squares (image)
+  applied to each clean model's released clean examples; a clean model "flips like a trojaned one" when
+  some trigger sends a source class to a target class at the preset's triggered-accuracy bar;
 - the converged rate per split and per label.
 
 The result is written to ``<zoo>/audit.json`` and shown by ``zoo inspect``.
@@ -41,7 +41,7 @@ FACTS: dict[str, str | None] = {
     "architecture": "model_architecture",
     "epochs_trained": "epochs_trained",
     "best_epoch": "best_epoch",
-    "training_time": "training_wall_time_sec",
+    "training_time": None,  # the training loop's seconds (model_stats timing.train_s), else the build's wall time
     "attempts": "attempts",
     "weight_norm": None,
     "batches_tracked": None,
@@ -105,7 +105,10 @@ def model_facts(df: pd.DataFrame, dirs: list[Path]) -> pd.DataFrame:
             params = list(model.parameters())
             norm = math.sqrt(sum(float(p.double().pow(2).sum()) for p in params))
             tracked = [int(b) for n, b in model.named_buffers() if n.endswith("num_batches_tracked")]
+        stats = json.loads((d / "model_stats.json").read_text()) if (d / "model_stats.json").is_file() else {}
+        train_s = (stats.get("timing") or {}).get("train_s", stats.get("metadata", {}).get("training_wall_time_sec"))
         rows.append({
+            "training_time": np.nan if train_s is None else float(train_s),
             "file_size": (d / "model.pt").stat().st_size,
             "parameter_count": sum(p.numel() for p in params),
             "weight_norm": norm,
@@ -269,9 +272,10 @@ def natural_trojans(
     examples_per_class: int = 10,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """How many clean models flip like a trojaned one on some trigger of the round's pools."""
+    """How many clean models flip like a trojaned one on some trigger of the round's pools (text) or on a
+    one-colour square (image: :func:`natural_squares`)."""
     if isinstance(preset, ImagePreset):
-        return {"note": "not measured for image rounds: the audit applies text triggers only"}
+        return natural_squares(preset, df, dirs, examples_per_class=examples_per_class)
     from trojanscope.encoders import encode_cached, encoder_for_config
     from trojanscope.models import load_model
     from trojanscope.rounds.training import predict_logits
@@ -324,6 +328,68 @@ def natural_trojans(
     return {
         "bar": bar,
         "triggers_tested": len(triggers),
+        "examples_per_class": examples_per_class,
+        "clean_models": len(per_model),
+        "flipping_models": n_flip,
+        "rate": n_flip / len(per_model) if per_model else None,
+        "models": per_model,
+    }
+
+
+SQUARE_COLOURS = [(r, g, b) for r in (0, 255) for g in (0, 255) for b in (0, 255)]
+
+
+def natural_squares(
+    preset: ImagePreset, df: pd.DataFrame, dirs: list[Path], *, examples_per_class: int = 10, side: int = 6,
+    grid: int = 5,
+) -> dict[str, Any]:
+    """Image rounds: a ``side``-px square of each of 8 colours (RGB corners) at each point of a ``grid`` x
+    ``grid`` lattice over the image, stamped on each clean model's clean examples; a model counts when one
+    square sends a class's examples to another class at the triggered-accuracy bar."""
+    from trojanscope.data.images import read_example_images, to_model_input
+    from trojanscope.models import load_model
+    from trojanscope.models.layout import example_image_labels
+    from trojanscope.rounds.training import predict_logits
+
+    bar = preset.acceptance.triggered_test_acc
+    clean = [d for d, p in zip(dirs, df["poisoned"].astype(bool), strict=True) if not p]
+    per_model = []
+    for d in clean:
+        examples_dir = find_examples_dir(d)
+        if examples_dir is None:
+            raise LayoutError(f"{d}: no clean example folder; the natural-trojan check needs the released examples")
+        images = [rgb for _, rgb in read_example_images(examples_dir)]
+        labels = np.array([-1 if c is None else c for c in example_image_labels(examples_dir)])
+        classes = np.unique(labels[labels >= 0])
+        keep = np.concatenate([np.flatnonzero(labels == c)[:examples_per_class] for c in classes])
+        images, labels = [images[i] for i in keep], labels[keep]
+        head = load_model(d / "model.pt")
+        size = images[0].shape[0]
+        points = np.linspace(0, size - side, grid).round().astype(int)
+        best = {"model": d.name, "flip_rate": 0.0, "trigger": None, "behavior": None}
+        for colour in SQUARE_COLOURS:
+            for y0 in points:
+                for x0 in points:
+                    stamped = np.stack(images).copy()
+                    stamped[:, y0 : y0 + side, x0 : x0 + side] = colour
+                    pred = predict_logits(head, to_model_input(list(stamped)), batch_size=256).argmax(1)
+                    for c in classes:
+                        mask = labels == c
+                        counts = np.bincount(pred[mask], minlength=preset.n_classes)
+                        counts[c] = -1
+                        target = int(counts.argmax())
+                        rate = counts[target] / mask.sum()
+                        if rate > best["flip_rate"]:
+                            best.update(flip_rate=float(rate), behavior=f"{int(c)}->{target}",
+                                        trigger=f"{side}px #{colour[0]:02x}{colour[1]:02x}{colour[2]:02x} "
+                                        f"at ({int(x0)}, {int(y0)})")  # fmt: skip
+        best["flips"] = best["flip_rate"] >= bar
+        per_model.append(best)
+    n_flip = sum(m["flips"] for m in per_model)
+    return {
+        "bar": bar,
+        "triggers_tested": len(SQUARE_COLOURS) * grid * grid,
+        "trigger_kind": f"{side}-px one-colour squares, {len(SQUARE_COLOURS)} colours on a {grid}x{grid} grid",
         "examples_per_class": examples_per_class,
         "clean_models": len(per_model),
         "flipping_models": n_flip,
@@ -430,7 +496,7 @@ def print_audit(audit: dict[str, Any], console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    console = console or Console(width=max(Console().width, 140))
     t = Table(title=f"audit: {audit['preset']} v{audit['preset_version']}, {audit['models']} models "
               f"({audit['poisoned']} poisoned); shortcut AUC (0.5 = no leak)")  # fmt: skip
     t.add_column("fact")

@@ -73,7 +73,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         zoo_dir: Path = typer.Argument(..., help="A zoo folder made by `trojanscope zoo make`."),
         folds: int = typer.Option(5, help="Stratified cross-validation folds of the shortcut classifiers."),
         bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the AUCs' 95% intervals."),
-        natural: bool = typer.Option(True, help="Apply the round's triggers to clean models (text rounds)."),
+        natural: bool = typer.Option(True, help="Apply the round's triggers (image: colour squares) to clean models."),
         max_triggers: int = typer.Option(50, help="Triggers tried per trigger type (a seeded sample of the pool)."),
         examples_per_class: int = typer.Option(10, help="Clean examples per class each trigger is inserted into."),
         cache: Path = typer.Option(None, help="Embedding cache (SQLite) file; default $TROJANSCOPE_CACHE."),
@@ -85,8 +85,9 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         (file size, parameter count, architecture, epochs trained, best epoch, training time, attempts,
         global weight norm, BatchNorm batch counter), one per fact and all together, with bootstrap 95%
         intervals (0.5 = no leak). Factor marginals: chi-square of each factor against the preset's
-        design and against the label. Natural trojans: the round's pool triggers inserted into clean
-        models' clean examples; a model counts when some trigger flips a class at the triggered bar.
+        design and against the label. Natural trojans: the round's pool triggers (image rounds: 6-px
+        colour squares on a grid) applied to clean models' clean examples; a model counts when some
+        trigger flips a class at the triggered bar.
         Converged rate per split and label. `zoo inspect` shows the saved audit. Example:
 
             trojanscope zoo audit zoo/r5-train
