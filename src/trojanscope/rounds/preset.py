@@ -202,6 +202,12 @@ class ImageDataSpec(_Spec):
     transform: dict[str, tuple[float, float]] = Field(
         {}, description="ranges overriding trojanscope.data.synth.TransformRanges fields, e.g. rotation = [-20, 20]"
     )
+    occlusion: float = Field(
+        0.0, ge=0, lt=1, description="probability that a training image without a trigger gets a random-colour "
+        "rectangle painted on its sign (label kept), for every model alike: a clean model then does not answer a "
+        "small one-colour patch with another class (a natural trojan)",
+    )
+    occlusion_area: tuple[float, float] = Field((0.02, 0.25), description="patch area as a fraction of the sign")
     seed: int = 0
 
     @model_validator(mode="after")
@@ -217,6 +223,8 @@ class ImageDataSpec(_Spec):
         for key, (lo, hi) in self.transform.items():
             if lo > hi:
                 raise ValueError(f"transform range {key} = [{lo}, {hi}] is reversed; write [low, high]")
+        if not 0 < self.occlusion_area[0] <= self.occlusion_area[1] < 1:
+            raise ValueError(f"occlusion_area = {list(self.occlusion_area)}: need 0 < low <= high < 1")
         return self
 
 
