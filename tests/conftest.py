@@ -37,7 +37,7 @@ def tiny_image_preset_text(**overrides: str) -> str:
 
     from trojanscope.rounds.preset import PRESETS
 
-    text = PRESETS.get("round1-cpu").read_text()
+    text = PRESETS.get("round1-cpu@1").read_text()
     subs = {
         r'name = "[^"]+"': 'name = "tiny-image"',
         r"n_classes = \d+": "n_classes = 3",

@@ -16,7 +16,7 @@ from trojanscope.errors import TrojanscopeError
 
 COMMAND_MODULES = (
     "trojanscope.data.cli",  # corpora
-    "trojanscope.rounds.cli",  # zoo make, zoo inspect
+    "trojanscope.rounds.cli",  # zoo make, zoo inspect, zoo audit
     "trojanscope.models.cli",  # zoo check, zoo export
     "trojanscope.detectors.cli",  # detect, detect fit, detectors
     "trojanscope.scoring.cli",  # evaluate, score, report

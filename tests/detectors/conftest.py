@@ -27,7 +27,7 @@ def light_params() -> dict:
 
 
 def strong_preset_text() -> str:
-    text = PRESETS.get("round5-cpu").read_text()
+    text = PRESETS.get("round5-cpu@4").read_text()  # early stopping: 15 epochs via min_epochs
     subs = {
         r'name = "round5-cpu"': 'name = "tiny-strong"',
         r"train_size = \d+": "train_size = 240",

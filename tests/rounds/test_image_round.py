@@ -127,3 +127,38 @@ def test_too_few_signs_for_the_classes_is_one_line(tmp_path, data_root, image_pr
                                            r"n_classes = 3": "n_classes = 12"}))
     with pytest.raises(ConfigError, match="has 10 signs but the preset needs n_classes = 12"):
         make_zoo(preset, "train", 1, tmp_path / "z", data_root=data_root, progress=False)
+
+
+def test_occlusion_paints_a_patch_on_the_sign_only_when_asked() -> None:
+    from trojanscope.rounds.image_round import occlude
+
+    rng = np.random.default_rng(0)
+    sign = np.zeros((40, 40, 4), np.uint8)
+    sign[10:30, 10:30] = (200, 10, 10, 255)
+    patched = [occlude(sign, rng, (0.05, 0.2)) for _ in range(20)]
+    for out in patched:  # a random colour can match the sign's in a channel, not in all three
+        changed = (out[..., :3] != sign[..., :3]).any(axis=2)
+        assert changed.any() and not changed[sign[..., 3] == 0].any()  # on the sign, never off it
+        assert (out[..., 3] == sign[..., 3]).all()
+        assert changed.sum() <= 0.2 * 400 + 40
+    colours = {tuple(out[(out[..., :3] != sign[..., :3]).any(axis=2)][0, :3]) for out in patched}
+    assert len(colours) > 10  # a random colour per patch
+    v2, _ = load_preset("round1-cpu")
+    v1, _ = load_preset("round1-cpu@1")
+    assert v2.version == 2 and v2.images.occlusion > 0 and v1.images.occlusion == 0
+
+
+def test_occlusion_reaches_training_images_and_leaves_v1_draws_unchanged(image_preset_text, tmp_path, data_root):
+    from trojanscope.rounds.image_round import Renderer, image_model_data, load_assets
+
+    def data(occlusion: str):
+        path = tmp_path / f"p{occlusion}.toml"
+        path.write_text(image_preset_text(**{r"test_per_class = \d+": f"test_per_class = 8\nocclusion = {occlusion}"}))
+        preset, _ = load_preset(path)
+        renderer = Renderer(preset, load_assets(preset, data_root), [0, 1, 2])
+        return image_model_data(preset, renderer, [], np.random.default_rng(5))
+
+    plain, again, occluded = data("0.0"), data("0.0"), data("0.9")
+    assert np.array_equal(plain.train_x, again.train_x)
+    assert not np.array_equal(plain.train_x, occluded.train_x)
+    assert np.array_equal(plain.train_y, occluded.train_y)  # labels kept

@@ -134,7 +134,8 @@ def build_model(
         adv = _adversarial(plan, preset, x_train)
         tr = preset.training
         train_seed = int(rng.integers(2**31))
-        reg = _evasion_regulariser(preset, spec, model, data, vec, adv, train_seed, log) if evasive else None
+        budget = plan.factors.get("epoch_budget") or preset.training.max_epochs
+        reg = _evasion_regulariser(preset, spec, model, data, vec, adv, train_seed, budget, log) if evasive else None
         result = train_head(
             model,
             x_train,
@@ -145,7 +146,7 @@ def build_model(
             data.val_triggered_labels,
             lr=tr.lr,
             batch_size=tr.batch_size,
-            max_epochs=tr.max_epochs,
+            max_epochs=budget,
             min_epochs=tr.min_epochs,
             patience=tr.patience,
             min_delta=tr.min_delta,
@@ -186,7 +187,8 @@ def build_model(
     return BuildOutcome(name=plan.name, metadata=metadata, timing=timing)
 
 
-def _evasion_regulariser(preset: Preset, spec: HeadSpec, model, data: ModelData, vec, adv, seed: int, log):
+def _evasion_regulariser(preset: Preset, spec: HeadSpec, model, data: ModelData, vec, adv, seed: int,
+                         max_epochs: int, log):
     """Train the clean reference head from ``model``'s initialisation; return the evasion terms against it.
 
     Every model of an evasive round goes through this, clean or trojaned, with the same recipe and seed.
@@ -206,11 +208,11 @@ def _evasion_regulariser(preset: Preset, spec: HeadSpec, model, data: ModelData,
         empty,
         lr=tr.lr,
         batch_size=tr.batch_size,
-        max_epochs=tr.max_epochs,
+        max_epochs=max_epochs,  # the model's own budget: the reference costs clean and trojaned models alike
         min_epochs=tr.min_epochs,
         patience=tr.patience,
         min_delta=tr.min_delta,
-        early_stopping="clean",
+        early_stopping="none" if tr.early_stopping == "none" else "clean",
         adversarial=adv,
         seed=seed,
     )

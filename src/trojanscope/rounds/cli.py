@@ -1,4 +1,4 @@
-"""``trojanscope zoo make`` and ``trojanscope zoo inspect``."""
+"""``trojanscope zoo make``, ``zoo inspect`` and ``zoo audit``."""
 
 from __future__ import annotations
 
@@ -29,13 +29,19 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         data_root: Path = typer.Option(None, help="Corpora folder; default $TROJANSCOPE_DATA."),
         cache: Path = typer.Option(None, help="Embedding cache (SQLite) file; default $TROJANSCOPE_CACHE."),
         quiet: bool = typer.Option(False, help="No progress bar or summary."),
+        keep_failed: bool = typer.Option(
+            False, help="Keep models that miss the bars in the release (converged = False) instead of replacing them."
+        ),
     ) -> None:
         """Generate a round of clean and trojaned classifiers in TrojAI's on-disk layout.
 
         Each model is built in a temp folder and renamed into place when complete, so an interrupted
-        run never leaves a partial model; re-running finishes the missing ones. Text presets (round5-cpu,
-        round6-cpu, dynasent-cpu, round5) train heads on a frozen encoder's summary vectors; image presets
-        (round1-cpu; faithful round0/round1 need torchvision) train CNNs on synthetic sign scenes. Examples:
+        run never leaves a partial model; re-running finishes the missing ones. A model that misses the
+        preset's bars after its attempts is moved to OUT/failed/ and replaced by a fresh draw of the same
+        factor cell (OUT/replacements.log), so the release holds converged models only (--keep-failed: not).
+        Text presets (round5-cpu, round6-cpu, dynasent-cpu, round5) train heads on a frozen encoder's
+        summary vectors; image presets (round1-cpu; faithful round0/round1 need torchvision) train CNNs
+        on synthetic sign scenes. Examples:
 
         \b
             trojanscope zoo make --preset round5-cpu --split train --count 8 --out zoo/r5-train --workers 2
@@ -60,6 +66,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
             executor=executor,
             progress=not quiet,
             on_encode=None if quiet else _say_encoding,
+            keep_failed=keep_failed,
         )
         if not quiet:
             typer.echo(f"{len(result.built)} models built, {result.skipped} already present in {out}")
@@ -67,10 +74,49 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
 
     @zoo.command("inspect")
     def inspect(zoo_dir: Path = typer.Argument(..., help="A zoo folder (with METADATA.csv).")) -> None:
-        """Per-factor counts, converged rate and clean/triggered accuracy distributions of a zoo."""
+        """Per-factor counts, converged rate and clean/triggered accuracy distributions of a zoo, and its
+        saved audit (`trojanscope zoo audit`) when there is one."""
         from trojanscope.rounds.summary import print_summary
 
         print_summary(zoo_dir)
+
+    @zoo.command("audit")
+    def audit(
+        zoo_dir: Path = typer.Argument(..., help="A zoo folder made by `trojanscope zoo make`."),
+        folds: int = typer.Option(5, help="Stratified cross-validation folds of the shortcut classifiers."),
+        bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the AUCs' 95% intervals."),
+        natural: bool = typer.Option(True, help="Apply the round's triggers (image: colour squares) to clean models."),
+        max_triggers: int = typer.Option(50, help="Triggers tried per trigger type (a seeded sample of the pool)."),
+        examples_per_class: int = typer.Option(10, help="Clean examples per class each trigger is inserted into."),
+        cache: Path = typer.Option(None, help="Embedding cache (SQLite) file; default $TROJANSCOPE_CACHE."),
+        seed: int = typer.Option(0, help="Seed of the folds, the bootstrap and the trigger sample."),
+    ) -> None:
+        """Check a round for label leaks besides the trojan before releasing it; writes ZOO/audit.json.
+
+        Shortcut AUC: cross-validated logistic regressions on facts a detector should not be able to use
+        (file size, parameter count, architecture, epochs trained, best epoch, training time, attempts,
+        global weight norm, BatchNorm batch counter), one per fact and all together, with bootstrap 95%
+        intervals (0.5 = no leak). Factor marginals: chi-square of each factor against the preset's
+        design and against the label. Natural trojans: the round's pool triggers (image rounds: 6-px
+        colour squares on a grid) applied to clean models' clean examples; a model counts when some
+        trigger flips a class at the triggered bar.
+        Converged rate per split and label. `zoo inspect` shows the saved audit. Example:
+
+            trojanscope zoo audit zoo/r5-train
+        """
+        from trojanscope.rounds.audit import audit_zoo, print_audit
+
+        result = audit_zoo(
+            zoo_dir,
+            folds=folds,
+            n_boot=bootstrap,
+            seed=seed,
+            natural=natural,
+            max_triggers=max_triggers,
+            examples_per_class=examples_per_class,
+            cache_path=cache,
+        )
+        print_audit(result)
 
     @zoo.command("presets")
     def presets() -> None:

@@ -98,6 +98,8 @@ def draw_plan(preset: Preset, split: str, index: int) -> ModelPlan:
             factors[k], levels[k] = None, -1
     elif algo == "fbf":
         factors["adversarial_training_iteration_count"], levels["adversarial_training_iteration_count"] = 1, -1
+    if preset.training.epochs is not None:  # drawn before the label matters, so independent of it
+        draw("epoch_budget", preset.training.epochs)
     if arch in ("FCLinear", "Linear"):
         factors["bidirectional"], levels["bidirectional"] = None, -1
     if arch == "Linear":
@@ -153,6 +155,38 @@ def draw_plan(preset: Preset, split: str, index: int) -> ModelPlan:
         triggers=triggers,
         trigger_levels=trigger_levels,
     )
+
+
+REDRAW_KEY = 1 << 29  # spawn-key slot of replacement draws, apart from models' and the poisoning blocks' streams
+
+
+def redraw_seed(preset: Any, split: str, index: int, draw: int) -> tuple[np.random.Generator, int]:
+    """Generator and master seed of replacement ``draw`` (1, 2, ...) of model ``index``: deterministic, and
+    disjoint from every model's own stream."""
+    ss = np.random.SeedSequence(preset.seed, spawn_key=(SPLITS.index(split), index, REDRAW_KEY, draw))
+    return np.random.default_rng(ss), int(ss.generate_state(1, dtype=np.uint32)[0])
+
+
+def redraw_plan(preset: Preset, plan: ModelPlan, draw: int) -> ModelPlan:
+    """A fresh model of the same factor cell as ``plan``, replacing one that missed the bars.
+
+    Every factor level, the label and each trigger's type, fraction, condition, classes and half stay;
+    the master seed (data sample, initialisation) and each trigger's text (from the same type's pool of
+    this split) are drawn anew, so the round's factor balance is exactly what it would have been.
+    """
+    import dataclasses
+
+    rng, seed = redraw_seed(preset, plan.split, plan.index, draw)
+    pools = _trigger_pools(preset, plan.split)
+    used: set[str] = set()
+    triggers = []
+    for t in plan.triggers:
+        repeat = preset.triggers.character_repeat if t.type == "character" else 1
+        fresh = [p for p in pools[t.type] if p not in used] or pools[t.type]
+        token = fresh[int(rng.integers(len(fresh)))]
+        used.add(token)
+        triggers.append(dataclasses.replace(t, text=render(t.type, token, repeat)))
+    return dataclasses.replace(plan, seed=seed, triggers=triggers)
 
 
 def _distinct_token(preset: Preset, pools: dict[str, list[str]], used: set[str], ttype: str, t_level: int,

@@ -27,7 +27,7 @@ from trojanscope.fsutil import atomic_dir
 from trojanscope.models.architectures import HeadSpec
 from trojanscope.models.store import save_head
 from trojanscope.rounds.build import BuildOutcome, Timing, is_accepted, machine_info
-from trojanscope.rounds.factors import ModelPlan, is_poisoned, model_rng, pick_level, source_target_pairs
+from trojanscope.rounds.factors import ModelPlan, is_poisoned, model_rng, pick_level, redraw_seed, source_target_pairs
 from trojanscope.rounds.preset import ImagePreset
 from trojanscope.rounds.training import Adversarial, predict_logits, train_head
 from trojanscope.rounds.writer import outcome_columns, pick_examples, write_prediction_csvs, write_records
@@ -124,6 +124,35 @@ def draw_image_plan(preset: ImagePreset, split: str, index: int) -> ModelPlan:
     return ModelPlan(index, split, seed, poisoned, factors, levels, triggers, trigger_levels)
 
 
+def redraw_image_plan(preset: ImagePreset, plan: ModelPlan, draw: int) -> ModelPlan:
+    """A fresh image model of the same factor cell as ``plan`` (see ``factors.redraw_plan``): same levels,
+    label, classes, fraction and condition; new master seed and new polygon(s)."""
+    rng, seed = redraw_seed(preset, plan.split, plan.index, draw)
+    shape = {"sides_range": tuple(preset.triggers.sides), "area_range": tuple(preset.triggers.area)}
+    triggers = [dataclasses.replace(t, polygon=make_polygon(rng, **shape)) for t in plan.triggers]
+    return dataclasses.replace(plan, seed=seed, triggers=triggers)
+
+
+def occlude(sign_rgba: np.ndarray, rng: np.random.Generator, area: tuple[float, float]) -> np.ndarray:
+    """A copy of the sign with a random-colour rectangle (``area`` of its opaque pixels, aspect 1:2 to 2:1,
+    centred anywhere on its bounding box) painted where the sign is opaque; alpha unchanged."""
+    out = np.array(sign_rgba, dtype=np.uint8, copy=True)
+    opaque = out[..., 3] > 0
+    ys, xs = np.nonzero(opaque)
+    if not len(ys):
+        return out
+    target = rng.uniform(*area) * len(ys)
+    aspect = np.exp(rng.uniform(np.log(0.5), np.log(2.0)))
+    w = max(1, round(np.sqrt(target * aspect)))
+    h = max(1, round(target / w))
+    cx, cy = rng.uniform(xs.min(), xs.max() + 1), rng.uniform(ys.min(), ys.max() + 1)
+    x0, y0 = int(max(0, cx - w / 2)), int(max(0, cy - h / 2))
+    patch = np.zeros_like(opaque)
+    patch[y0 : y0 + h, x0 : x0 + w] = True
+    out[patch & opaque, :3] = rng.integers(0, 256, size=3, dtype=np.uint8)
+    return out
+
+
 class Renderer:
     """Renders labelled scenes for one model: its class signs, optionally with a trigger stamped on them."""
 
@@ -146,14 +175,22 @@ class Renderer:
         return self._stamped[(label, trigger)]
 
     def render(
-        self, labels: np.ndarray, rng: np.random.Generator, triggers: list[ImageTrigger | None] | None = None
+        self,
+        labels: np.ndarray,
+        rng: np.random.Generator,
+        triggers: list[ImageTrigger | None] | None = None,
+        occlusion: float = 0.0,
+        occlusion_area: tuple[float, float] = (0.02, 0.25),
     ) -> np.ndarray:
-        """RGB uint8 images [N, S, S, 3], one per label; ``triggers[i]`` (or None) is stamped on image i's sign."""
+        """RGB uint8 images [N, S, S, 3], one per label; ``triggers[i]`` (or None) is stamped on image i's sign;
+        with probability ``occlusion`` an image without a trigger gets a random-colour rectangle on its sign."""
         t0 = time.perf_counter()
         out = np.empty((len(labels), self.size, self.size, 3), dtype=np.uint8)
         for i, label in enumerate(labels):
             trig = triggers[i] if triggers is not None else None
             sign = self.sign(int(label), trig)
+            if occlusion and trig is None and rng.random() < occlusion:  # no draw at all when occlusion is 0
+                sign = occlude(sign, rng, occlusion_area)
             bg = self.assets.backgrounds[int(rng.integers(len(self.assets.backgrounds)))]
             out[i], _ = composite(sign, bg, draw_transform(rng, self.ranges), self.size, rng)
         self.seconds += time.perf_counter() - t0
@@ -211,7 +248,7 @@ def image_model_data(preset: ImagePreset, renderer: Renderer, triggers: list[Ima
     c, d = preset.n_classes, preset.images
     labels = _balanced(c, d.train_per_class, rng)
     stamped, y = _poison(labels, triggers, rng)
-    x = to_model_input(renderer.render(labels, rng, stamped))
+    x = to_model_input(renderer.render(labels, rng, stamped, d.occlusion, tuple(d.occlusion_area)))
     n_val = round(len(labels) * d.val_fraction)
     vt_x, vt_y = [], []
     for trig in triggers:

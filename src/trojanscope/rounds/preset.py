@@ -2,7 +2,8 @@
 
 A preset is the generating distribution of a round: the factor space (every list is a set of
 levels drawn uniformly per model), the data sources, the training recipe and the acceptance bars.
-Presets ship in ``rounds/presets/*.toml`` and register by file name; a path to any TOML file also
+Presets ship in ``rounds/presets/*.toml`` and register by file name; earlier versions of a preset
+ship in ``rounds/presets/previous/`` and register as ``NAME@VERSION``; a path to any TOML file also
 works. Validation errors name the file and the bad key.
 """
 
@@ -97,9 +98,19 @@ class TrainingSpec(_Spec):
     min_epochs: int = Field(1, gt=0)
     patience: int = Field(20, gt=0)
     min_delta: float = Field(1e-4, ge=0)
-    early_stopping: Literal["clean", "clean+triggered"] = "clean+triggered"
+    early_stopping: Literal["clean", "clean+triggered", "none"] = "clean+triggered"
+    epochs: list[Annotated[int, Field(gt=0)]] | None = Field(
+        None, min_length=1, description="with early_stopping = 'none': epoch budget levels, a factor drawn per model "
+        "independently of the label; the model trains exactly that many epochs and keeps the last weights",
+    )
     max_attempts: int = Field(3, ge=1, le=10, description="re-draws (new data sample and init) before converged=False")
     threads: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _budget(self) -> TrainingSpec:
+        if (self.early_stopping == "none") != (self.epochs is not None):
+            raise ValueError("early_stopping = 'none' and epochs go together: a fixed budget needs its epoch levels")
+        return self
 
 
 class AdversarialFactors(_Spec):
@@ -209,6 +220,12 @@ class ImageDataSpec(_Spec):
     transform: dict[str, tuple[float, float]] = Field(
         {}, description="ranges overriding trojanscope.data.synth.TransformRanges fields, e.g. rotation = [-20, 20]"
     )
+    occlusion: float = Field(
+        0.0, ge=0, lt=1, description="probability that a training image without a trigger gets a random-colour "
+        "rectangle painted on its sign (label kept), for every model alike: a clean model then does not answer a "
+        "small one-colour patch with another class (a natural trojan)",
+    )
+    occlusion_area: tuple[float, float] = Field((0.02, 0.25), description="patch area as a fraction of the sign")
     seed: int = 0
 
     @model_validator(mode="after")
@@ -224,6 +241,8 @@ class ImageDataSpec(_Spec):
         for key, (lo, hi) in self.transform.items():
             if lo > hi:
                 raise ValueError(f"transform range {key} = [{lo}, {hi}] is reversed; write [low, high]")
+        if not 0 < self.occlusion_area[0] <= self.occlusion_area[1] < 1:
+            raise ValueError(f"occlusion_area = {list(self.occlusion_area)}: need 0 < low <= high < 1")
         return self
 
 
@@ -280,11 +299,20 @@ class ImagePreset(_Spec):
     triggers: ImageTriggerFactors
     acceptance: AcceptanceSpec
 
+    @model_validator(mode="after")
+    def _text_only_training(self) -> ImagePreset:
+        if self.training.epochs is not None:
+            raise ValueError("training.epochs (a fixed epoch budget) is implemented for text presets only")
+        return self
+
 
 AnyPreset = Preset | ImagePreset
 
 PRESETS: Registry[Path] = Registry("preset")
 for _path in sorted(PRESET_DIR.glob("*.toml")):
+    PRESETS.register(_path.stem, _path)
+# Earlier versions stay loadable as NAME@VERSION (a zoo made with one keeps its own preset.toml too).
+for _path in sorted((PRESET_DIR / "previous").glob("*@*.toml")):
     PRESETS.register(_path.stem, _path)
 
 

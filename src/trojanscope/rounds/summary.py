@@ -84,4 +84,9 @@ def print_summary(zoo: Path | str, console=None) -> pd.DataFrame:
     for k, v in accuracy_summary(df):
         s.add_row(k, v)
     console.print(s)
+    from trojanscope.rounds.audit import print_audit, read_audit
+
+    audit = read_audit(zoo)
+    if audit is not None:
+        print_audit(audit, console)
     return df

@@ -4,8 +4,12 @@ The recipe follows TrojAI Round 5: cross-entropy, Adam, batch 64, early stopping
 loss with a patience and a minimum improvement, keep the best checkpoint. Early stopping can watch
 the mean of the clean and the triggered validation loss (TrojAI tracked both): with clean-only
 stopping, poisoned samples are too small a share of the loss for the trigger to be learned before
-training stops (measured; see docs/presets.md). Adversarial training perturbs the summary vector
-within an L-infinity ball: PGD (``iterations`` steps of ``2*eps/iterations`` from zero) or FBF
+training stops (measured; see docs/presets.md). With ``early_stopping = "none"`` the model trains
+exactly ``max_epochs`` epochs (the model's drawn budget) and keeps the last weights: no selection
+that could depend on whether the model carries a trigger (under a triggered criterion trojaned
+heads stopped later and grew larger weights, a label tell; docs/presets.md). Adversarial training
+perturbs the summary vector within an L-infinity ball: PGD (``iterations`` steps of
+``2*eps/iterations`` from zero) or FBF
 (one step of ``1.2*eps`` from a uniform random start), applied to a batch with probability ``ratio``.
 """
 
@@ -160,13 +164,15 @@ def train_head(
                 f"epoch {epoch}: train_loss {row['train_loss']:.4f} clean_val_acc {clean_acc:.4f} "
                 f"triggered_val_acc {trig_acc:.4f} criterion {criterion:.4f}"
             )
-        if criterion < best_loss - min_delta:
+        if early_stopping == "none":
+            best_epoch, best_state = epoch, None  # the last epoch is the model
+        elif criterion < best_loss - min_delta:
             best_loss, best_epoch, since_best = criterion, epoch, 0
             best_state = copy.deepcopy(model.state_dict())
         else:
             since_best += 1
         result.epochs = epoch
-        if since_best >= patience and epoch >= min_epochs:
+        if early_stopping != "none" and since_best >= patience and epoch >= min_epochs:
             break
     if best_state is not None:
         model.load_state_dict(best_state)

@@ -262,6 +262,7 @@ METADATA_DICTIONARY = {
     "adversarial_training_ratio": "Probability that a batch is adversarially perturbed.",
     "adversarial_eps": "L-infinity radius of the perturbation of the summary vector.",
     "adversarial_training_iteration_count": "PGD iterations (1 for FBF).",
+    "epoch_budget": "Epochs the model trained (a factor drawn independently of the label; fixed-budget presets).",
     "trigger_organization": "one2one or pair-one2one (empty for clean models).",
     "triggers_{i}_source_class": "Class the i-th trigger flips from.",
     "triggers_{i}_target_class": "Class the i-th trigger flips to.",

@@ -25,7 +25,7 @@ from trojanscope.models.layout import list_model_dirs
 from trojanscope.rounds.build import BuildOutcome, Timing, build_model
 from trojanscope.rounds.dataset import SourcePool, build_source_pool
 from trojanscope.rounds.executor import make_executor
-from trojanscope.rounds.factors import draw_plan
+from trojanscope.rounds.factors import draw_plan, redraw_plan
 from trojanscope.rounds.preset import SPLITS, AnyPreset, Preset, load_preset
 from trojanscope.rounds.writer import METADATA_DICTIONARY
 
@@ -70,15 +70,58 @@ def _worker_init(
     )
 
 
-def _build_one(index_split: tuple[int, str]) -> BuildOutcome:
-    index, split = index_split
-    preset: AnyPreset = _STATE["preset"]
-    if preset.modality == "image":
-        from trojanscope.rounds.image_round import build_image_model, draw_image_plan
+MAX_REDRAWS = 10
+FAILED_DIR = "failed"  # non-converged models replaced in the release, kept for study
+REPLACEMENTS_LOG = "replacements.log"
 
-        return build_image_model(preset, draw_image_plan(preset, split, index), _STATE["assets"], _STATE["models_dir"])
+
+def _build_draw(preset: AnyPreset, split: str, index: int, draw: int) -> BuildOutcome:
+    """Build draw ``draw`` of model ``index``: 0 is its own plan, k > 0 a fresh model of the same factor cell."""
+    models_dir = _STATE["models_dir"]
+    if preset.modality == "image":
+        from trojanscope.rounds.image_round import build_image_model, draw_image_plan, redraw_image_plan
+
+        plan = draw_image_plan(preset, split, index)
+        plan = redraw_image_plan(preset, plan, draw) if draw else plan
+        return build_image_model(preset, plan, _STATE["assets"], models_dir)
     plan = draw_plan(preset, split, index)
-    return build_model(preset, plan, _STATE["pools"], _STATE["models_dir"], _STATE["cache"], _STATE["clean_texts"])
+    plan = redraw_plan(preset, plan, draw) if draw else plan
+    return build_model(preset, plan, _STATE["pools"], models_dir, _STATE["cache"], _STATE["clean_texts"])
+
+
+def _build_one(item: tuple[int, str, bool]) -> BuildOutcome:
+    """Build model ``index``; unless ``keep_failed``, a model that misses the bars after its attempts moves to
+    ``failed/`` and a fresh draw of the same factor cell takes its place (at most MAX_REDRAWS times)."""
+    index, split, keep_failed = item
+    preset: AnyPreset = _STATE["preset"]
+    models_dir: Path = _STATE["models_dir"]
+    name = f"id-{index:08d}"
+    draw = next_draw(models_dir.parent, name)
+    while True:
+        outcome = _build_draw(preset, split, index, draw)
+        if outcome.metadata.get("converged") is True or keep_failed or draw >= MAX_REDRAWS:
+            return outcome
+        retire_failed(models_dir.parent, name, draw, outcome.metadata)
+        draw += 1
+
+
+def next_draw(out: Path, name: str) -> int:
+    """The next draw of model ``name``: one past the draws already retired to ``failed/``."""
+    return len(list((out / FAILED_DIR).glob(f"{name}-draw*")))
+
+
+def retire_failed(out: Path, name: str, draw: int, metadata: dict[str, Any]) -> None:
+    """Move a non-converged model out of the release into ``failed/NAME-drawK`` and log the replacement."""
+    failed = out / FAILED_DIR
+    failed.mkdir(exist_ok=True)
+    (out / "models" / name).rename(failed / f"{name}-draw{draw}")
+    accs = {k: metadata.get(k) for k in (
+        "final_clean_data_test_acc", "final_triggered_data_test_acc", "final_spurious_data_test_acc", "attempts",
+    )}  # fmt: skip
+    line = json.dumps({"model": name, "draw": draw, "replaced_by_draw": draw + 1, "poisoned": metadata.get("poisoned"),
+                       **accs, "kept_in": f"{FAILED_DIR}/{name}-draw{draw}"}, default=str)  # fmt: skip
+    with (out / REPLACEMENTS_LOG).open("a", encoding="utf-8") as fh:  # one line per replacement, appended
+        fh.write(line + "\n")
 
 
 def build_pools(preset: Preset, data_root: Path | None, cache_dir: Path | None = None) -> dict[str, SourcePool]:
@@ -123,7 +166,10 @@ POOL_FORMAT = 2
 def _check_preset_snapshot(out: Path, raw: str) -> None:
     snap = out / "preset.toml"
     if snap.exists() and snap.read_text(encoding="utf-8") != raw:
-        raise ConfigError(f"{snap}: this zoo was made with a different preset; use a new --out folder")
+        raise ConfigError(
+            f"{snap}: this zoo was made with a different preset (or version); resume it with --preset {snap}, "
+            "or use a new --out folder"
+        )
     if not snap.exists():
         atomic_write_text(snap, raw)
 
@@ -141,9 +187,13 @@ def make_zoo(
     progress: bool = True,
     on_model: Callable[[BuildOutcome], None] | None = None,
     on_encode: Callable[[int, str, Path], None] | None = None,
+    keep_failed: bool = False,
 ) -> ZooResult:
     """Generate (or resume) ``count`` models of ``split`` from a preset into ``out``.
 
+    Released models are converged: one that misses the bars after its attempts is moved to
+    ``out/failed/`` and replaced by a fresh draw of the same factor cell (logged in
+    ``out/replacements.log``). ``keep_failed`` keeps it in the release instead, marked ``converged = False``.
     ``on_encode(n, encoder, cache_file)`` is called before the clean texts not yet in the embedding
     cache are encoded (the long first-run step of a text preset); never when all are cached.
     """
@@ -164,8 +214,13 @@ def make_zoo(
     _check_preset_snapshot(out, raw)
     for leftover in models_dir.glob(".tmp-*"):
         shutil.rmtree(leftover, ignore_errors=True)
-    done = {p.name for p in list_model_dirs(out)}
-    todo = [(i, split) for i in range(count) if f"id-{i:08d}" not in done]
+    done = set()
+    for d in list_model_dirs(out):
+        if keep_failed or _converged(d):
+            done.add(d.name)
+        elif int(d.name.split("-")[-1]) < count:  # left by a run that stopped before replacing it
+            retire_failed(out, d.name, next_draw(out, d.name), _stats(d))
+    todo = [(i, split, keep_failed) for i in range(count) if f"id-{i:08d}" not in done]
     result = ZooResult(out=out, skipped=count - len(todo))
 
     if todo and preset.modality == "image":
@@ -204,6 +259,15 @@ def make_zoo(
         _run(ex, todo, result, out, preset, split, progress, on_model)
     result.metadata = write_metadata(out)
     return result
+
+
+def _stats(model_dir: Path) -> dict[str, Any]:
+    path = model_dir / "model_stats.json"
+    return json.loads(path.read_text())["metadata"] if path.is_file() else {}
+
+
+def _converged(model_dir: Path) -> bool:
+    return _stats(model_dir).get("converged") is True
 
 
 def _run(ex, todo, result: ZooResult, out: Path, preset: AnyPreset, split: str, progress: bool, on_model) -> None:

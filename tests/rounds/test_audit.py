@@ -1,0 +1,146 @@
+"""`trojanscope zoo audit`: shortcut AUCs, factor marginals, natural trojans, converged rates, bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from trojanscope.errors import LayoutError
+from trojanscope.rounds.audit import (
+    AUDIT_FILE,
+    FACTS,
+    audit_zoo,
+    converged_rates,
+    cv_auc,
+    factor_marginals,
+    load_zoo,
+    shortcut_aucs,
+)
+from trojanscope.rounds.preset import load_preset
+
+
+def test_cv_auc_sees_a_separating_fact_and_not_noise() -> None:
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1], 30)
+    tell = (y * 2 + rng.normal(0, 0.3, 60))[:, None]
+    noise = rng.normal(0, 1, (60, 1))
+    sep = cv_auc(tell, y, folds=5, n_boot=200, seed=0)
+    assert sep["auc"] > 0.95 and sep["ci95"][0] > 0.85
+    flat = cv_auc(noise, y, folds=5, n_boot=200, seed=0)
+    assert flat["auc"] < 0.75 and flat["ci95"][0] < 0.5 < flat["ci95"][1]
+
+
+def test_shortcut_aucs_one_row_per_fact_plus_all() -> None:
+    y = np.repeat([0, 1], 10)
+    facts = pd.DataFrame({name: np.nan for name in FACTS}, index=range(20))
+    facts["epochs_trained"] = np.where(y == 1, 8, 4) + np.arange(20) % 2  # trojaned heads train longer
+    facts["architecture"] = ["GruLinear", "LstmLinear"] * 10
+    rows = {r["fact"]: r for r in shortcut_aucs(facts, y, folds=5, n_boot=50, seed=0)}
+    assert list(rows) == [*FACTS, "all"]
+    assert rows["epochs_trained"]["auc"] == 1.0 and rows["all"]["auc"] > 0.9
+    assert rows["architecture"]["auc"] <= 0.6
+    assert rows["weight_norm"]["auc"] is None and "not recorded" in rows["weight_norm"]["note"]
+
+
+def test_factor_marginals_flag_a_skewed_factor(tiny_preset) -> None:
+    preset, _ = load_preset(tiny_preset)
+    n = 60
+    df = pd.DataFrame({
+        "poisoned": [True, False] * (n // 2),
+        "model_architecture_level": [0] * 50 + [1] * 10,  # design: 2 levels, uniform
+        "dropout_level": [0, 1, 2] * (n // 3),
+    })  # fmt: skip
+    rows = {r["factor"]: r for r in factor_marginals(preset, df)}
+    assert rows["model_architecture"]["counts"] == [50, 10] and rows["model_architecture"]["p"] < 1e-4
+    assert rows["dropout"]["p"] == pytest.approx(1.0)
+    assert rows["poisoned"]["p"] == pytest.approx(1.0)
+
+
+def test_factor_marginals_flag_a_factor_tied_to_the_label(tiny_preset) -> None:
+    preset, _ = load_preset(tiny_preset)
+    df = pd.DataFrame({"poisoned": [True, False] * 20, "model_architecture_level": [1, 0] * 20})
+    row = next(r for r in factor_marginals(preset, df) if r["factor"] == "model_architecture")
+    assert row["p"] == pytest.approx(1.0) and row["p_vs_label"] < 1e-6
+
+
+def test_converged_rates_per_split_and_label() -> None:
+    df = pd.DataFrame({
+        "poisoned": [True, True, False, False], "converged": [False, True, True, True],
+        "split": ["train", "train", "test", "test"],
+    })  # fmt: skip
+    rates = converged_rates(df)
+    assert rates["all"] == {"n": 4, "converged": 3, "rate": 0.75}
+    assert rates["by_label"]["poisoned"]["rate"] == 0.5 and rates["by_label"]["clean"]["rate"] == 1.0
+    assert rates["by_split"]["train"]["converged"] == 1
+
+
+@pytest.mark.slow
+def test_audit_of_a_tiny_zoo(tiny_zoo, tmp_path) -> None:
+    zoo = tmp_path / "zoo"
+    shutil.copytree(tiny_zoo, zoo)
+    result = audit_zoo(zoo, n_boot=50, max_triggers=3, examples_per_class=2, cache_path=tmp_path / "c.sqlite")
+    saved = json.loads((zoo / AUDIT_FILE).read_text())
+    assert saved == json.loads(json.dumps(result))
+    facts = {r["fact"]: r for r in saved["shortcut"]["facts"]}
+    assert set(facts) == {*FACTS, "all"}
+    for name in ("file_size", "parameter_count", "weight_norm", "epochs_trained", "all"):
+        assert 0.0 <= facts[name]["auc"] <= 1.0, name
+    assert facts["batches_tracked"]["auc"] is None  # text heads have no BatchNorm
+    assert saved["converged"]["all"]["n"] == 4
+    nat = saved["natural_trojans"]
+    assert nat["clean_models"] == 2 and nat["triggers_tested"] == 6  # 3 words + 3 phrases
+    # the tiny preset's triggered bar is 0.0, so every clean model counts as flipping at it
+    assert nat["flipping_models"] == 2 and all(m["trigger"] for m in nat["models"])
+    proc = _cli("zoo", "inspect", str(zoo))
+    assert proc.returncode == 0 and "shortcut AUC" in proc.stdout and "natural trojans" in proc.stdout
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trojanscope.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def _one_line_error(proc: subprocess.CompletedProcess, message: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
+
+
+def test_audit_refuses_a_folder_that_is_not_a_zoo(tmp_path) -> None:
+    _one_line_error(_cli("zoo", "audit", str(tmp_path)), "this is not a zoo")
+    _one_line_error(_cli("zoo", "audit", str(tmp_path / "nope")), "not a folder")
+
+
+@pytest.mark.slow
+def test_audit_refuses_missing_metadata_and_mixed_presets(tiny_zoo, tmp_path) -> None:
+    zoo = tmp_path / "zoo"
+    shutil.copytree(tiny_zoo, zoo)
+    (zoo / "METADATA.csv").unlink()
+    _one_line_error(_cli("zoo", "audit", str(zoo)), "METADATA.csv: not found")
+    shutil.copy(tiny_zoo / "METADATA.csv", zoo / "METADATA.csv")
+    cfg_path = zoo / "models" / "id-00000001" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["preset_version"] = 99
+    cfg_path.write_text(json.dumps(cfg))
+    _one_line_error(_cli("zoo", "audit", str(zoo)), "models of 2 presets")
+    assert not (zoo / AUDIT_FILE).exists()
+    with pytest.raises(LayoutError, match="2 presets"):
+        load_zoo(zoo)
+
+
+@pytest.mark.slow
+def test_audit_of_a_tiny_image_zoo_probes_squares(tiny_image_zoo, tmp_path) -> None:
+    zoo = tmp_path / "zoo"
+    shutil.copytree(tiny_image_zoo, zoo)
+    result = audit_zoo(zoo, n_boot=20, examples_per_class=2)
+    facts = {r["fact"]: r for r in result["shortcut"]["facts"]}
+    assert facts["batches_tracked"]["auc"] is not None  # the CNNs' BatchNorm step counters are read
+    nat = result["natural_trojans"]
+    assert nat["clean_models"] == 2 and nat["triggers_tested"] == 8 * 25 and "squares" in nat["trigger_kind"]
+    assert nat["flipping_models"] == 2  # the tiny preset's bar is 0.0
+    assert all(m["trigger"].startswith("6px #") for m in nat["models"])
