@@ -19,11 +19,13 @@ def _preset(tmp_path, preset_text):
 
 
 @pytest.mark.slow
-def test_harvest_keeps_what_fools_the_detector_and_records_it(tmp_path, preset_text, data_root, capsys):
+def test_harvest_keeps_what_fools_the_detector_and_records_it(tmp_path, preset_text, data_root, capsys,
+                                                               monkeypatch):
     preset = _preset(tmp_path, preset_text)
     cache = tmp_path / "c.sqlite"
+    # tiny, barely trained heads all have "natural trojans": the check is tested on its own below
     r0 = harvest(preset, "test", 2, tmp_path / "round1", detector="random", candidates=4, data_root=data_root,
-                 cache_path=cache, progress=False)
+                 cache_path=cache, natural_trojan_check=False, progress=False)
     kept = r0.kept
     assert len(kept) == 2 and kept["poisoned"].sum() == 1
     # the trojaned model kept is the candidate the detector scored lowest, the clean one the highest
@@ -43,7 +45,7 @@ def test_harvest_keeps_what_fools_the_detector_and_records_it(tmp_path, preset_t
 
     # round 2, built against round 1: the chain is recorded and shown newest first
     r1 = harvest(preset, "test", 2, tmp_path / "round2", detector="constant", candidates=2, data_root=data_root,
-                 cache_path=cache, parent=tmp_path / "round1", progress=False)
+                 cache_path=cache, parent=tmp_path / "round1", natural_trojan_check=False, progress=False)
     assert r1.lineage["parent"]["path"] == str((tmp_path / "round1").resolve())
     chain = lineage_chain(tmp_path / "round2")
     assert [c["detector"] for c in chain] == ["constant", "random"]
@@ -57,6 +59,21 @@ def test_harvest_keeps_what_fools_the_detector_and_records_it(tmp_path, preset_t
     with pytest.raises(ConfigError, match="written once"):
         harvest(preset, "test", 2, tmp_path / "round1", detector="random", candidates=4, data_root=data_root,
                 cache_path=cache, progress=False)
+
+    # a clean candidate with a natural trojan is never kept as clean (the audit's check decides)
+    import trojanscope.rounds.audit as audit
+
+    seen = {}
+
+    def fake_natural_trojans(spec, clean, dirs, **kw):
+        seen["clean"] = sorted(clean["model_name"])
+        return {"bar": 0.9, "models": [{"model": n, "flip_rate": 1.0 if n == seen["clean"][0] else 0.0}
+                                       for n in clean["model_name"]]}
+
+    monkeypatch.setattr(audit, "natural_trojans", fake_natural_trojans)
+    r2 = harvest(preset, "test", 2, tmp_path / "round3", detector="random", candidates=4, data_root=data_root,
+                 cache_path=cache, progress=False)
+    assert len(seen["clean"]) == 2 and seen["clean"][0] not in set(r2.kept["model_name"])
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, preset_text, capsys):

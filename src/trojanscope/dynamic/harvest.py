@@ -13,7 +13,9 @@ trojaned model, P >= threshold for a clean one) are taken first; when there are 
 filled with the hardest of the rest and every model records whether it fooled the detector, so the
 yield is never overstated. Every kept model is *validated*: it must be ``converged`` (a trojaned model
 met the attack-success bar on held-out triggered texts; a clean one met the clean bar) and pass
-``validate`` (by default: no triggered-accuracy bar missed, see :func:`default_validation`).
+``validate`` (by default: no bar missed, see :func:`default_validation`); a clean model must also show
+no natural trojan (no trigger of the round's pools, or for images no one-colour square, flips it at the
+triggered-accuracy bar: :func:`trojanscope.rounds.audit.natural_trojans`).
 
 The harvested round is written atomically: ``OUT/models`` and ``OUT/lineage.json`` appear only when
 the round is complete; the candidate pool (``OUT/candidates``) and the detector's run over it
@@ -105,6 +107,7 @@ def harvest(
     data_root: Path | str | None = None,
     cache_path: Path | str | None = None,
     validate: Callable[[pd.Series], bool] = default_validation,
+    natural_trojan_check: bool = True,
     progress: bool = True,
 ) -> HarvestResult:
     """Build a ``count``-model round of ``split`` from ``candidates`` generated models, kept by ``detector``."""
@@ -139,6 +142,8 @@ def harvest(
     df = df[df["status"] == "ok"] if "status" in df else df
     df = df[df.apply(validate, axis=1)]
     df["poisoned"] = df["poisoned"].astype(str).str.lower().eq("true")
+    if natural_trojan_check:
+        df = df[~df["model_name"].isin(_natural_trojans(spec, df[~df["poisoned"]], cand_dir))]
     trojaned = df[df["poisoned"]].sort_values(["probability", "model_name"], ascending=[True, True])
     clean = df[~df["poisoned"]].sort_values(["probability", "model_name"], ascending=[False, True])
     if len(trojaned) < n_trojaned or len(clean) < count - n_trojaned:
@@ -181,6 +186,19 @@ def harvest(
     atomic_write_text(out / LINEAGE_FILE, json.dumps(lineage, indent=2) + "\n")
     cols = ["model_name", "poisoned", "harvest_probability", "harvest_fooled"]
     return HarvestResult(out=out, generated=len(meta), kept=kept[cols].reset_index(drop=True), lineage=lineage)
+
+
+def _natural_trojans(spec: Any, clean: pd.DataFrame, cand_dir: Path) -> set[str]:
+    """Clean candidates that some trigger of the round's pools (text) or a one-colour square (image) flips
+    like a trojaned model (the audit's natural-trojan check, same bar): DynaSent validated every harvested
+    example; a "clean" model that already has a trojan is not kept as clean."""
+    from trojanscope.rounds.audit import natural_trojans
+
+    if clean.empty:
+        return set()
+    found = natural_trojans(spec, clean.reset_index(drop=True), [cand_dir / "models" / n for n in clean["model_name"]])
+    bar = max(found["bar"], 0.5)  # a flip of at least half the examples, even where a preset's bar is lower
+    return {m["model"] for m in found["models"] if m["flip_rate"] >= bar}
 
 
 def _ce_auc(y: pd.Series, p: pd.Series) -> dict[str, float]:
