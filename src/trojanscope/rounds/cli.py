@@ -30,7 +30,8 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         cache: Path = typer.Option(None, help="Embedding cache (SQLite) file; default $TROJANSCOPE_CACHE."),
         quiet: bool = typer.Option(False, help="No progress bar or summary."),
         keep_failed: bool = typer.Option(
-            False, help="Keep models that miss the bars in the release (converged = False) instead of replacing them."
+            False, "--keep-failed",
+            help="Keep models that miss the bars in the release (converged = False) instead of replacing them."
         ),
     ) -> None:
         """Generate a round of clean and trojaned classifiers in TrojAI's on-disk layout.
