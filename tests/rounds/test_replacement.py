@@ -46,7 +46,7 @@ def test_image_redraw_keeps_the_cell(image_preset_text, tmp_path) -> None:
 def _scripted_bars(monkeypatch, verdicts: list[bool]) -> None:
     """Serial builds call the acceptance check once per attempt: answer from ``verdicts`` in order."""
     it = iter(verdicts)
-    monkeypatch.setattr(build, "_accepted", lambda preset, outcome: next(it))
+    monkeypatch.setattr(build, "is_accepted", lambda preset, outcome: next(it))
 
 
 @pytest.mark.slow
