@@ -71,13 +71,18 @@ def image_preset_text():
     return tiny_image_preset_text
 
 
-@pytest.fixture(scope="session")
-def tiny_image_zoo(tmp_path_factory, data_root: Path) -> Path:
-    """Four tiny image models (two clean, two trojaned: the generator balances pairs), train split."""
+def make_tiny_image_zoo(tmp_path_factory, data_root: Path, split: str = "train", count: int = 4) -> Path:
+    """``count`` tiny image models of ``split`` (clean and trojaned in pairs: the generator balances them)."""
     from trojanscope.rounds.zoo import make_zoo
 
     preset = tmp_path_factory.mktemp("preset") / "tiny-image.toml"
     preset.write_text(tiny_image_preset_text())
-    out = tmp_path_factory.mktemp("zoo") / "tiny-image"
-    make_zoo(preset, "train", 4, out, data_root=data_root, progress=False)
+    out = tmp_path_factory.mktemp("zoo") / f"tiny-image-{split}"
+    make_zoo(preset, split, count, out, data_root=data_root, progress=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_image_zoo(tmp_path_factory, data_root: Path) -> Path:
+    """Four tiny image models (two clean, two trojaned), train split."""
+    return make_tiny_image_zoo(tmp_path_factory, data_root)

@@ -72,3 +72,28 @@ def setup_round(client, zoos) -> Callable[..., dict[str, str]]:  # type: ignore[
             tokens[t] = r.json()["token"]
         return tokens
     return _setup
+
+
+@pytest.fixture
+def live_server(client):  # type: ignore[no-untyped-def]
+    """The app of ``client`` served by uvicorn on a free loopback port (for clients that make their own
+    HTTP connections: the browser, the CLI)."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(client.app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)

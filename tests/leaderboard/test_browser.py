@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -34,26 +31,6 @@ def wait_text(browser, element_id: str, text: str):  # type: ignore[no-untyped-d
     next page has loaded, so a bare find_element can read the old page (or none)."""
     WebDriverWait(browser, WAIT_S).until(EC.text_to_be_present_in_element((By.ID, element_id), text))
     return browser.find_element(By.ID, element_id)
-
-
-@pytest.fixture
-def live_server(client):  # type: ignore[no-untyped-def]
-    """The app of ``client`` served by uvicorn on a free loopback port."""
-    import uvicorn
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(client.app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
 
 
 @pytest.fixture

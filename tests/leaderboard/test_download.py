@@ -6,10 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import socket
 import tarfile
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -87,26 +84,6 @@ def test_train_split_refused_when_unsafe_or_unpublished(client, zoos) -> None:  
         r = client.get(f"/api/rounds/{name}/splits/train", headers=admin())
         assert r.status_code == 409, (name, r.text)
         assert ("never leaves the server" in r.json()["detail"]) == (name != "later")
-
-
-@pytest.fixture
-def live_server(client):  # type: ignore[no-untyped-def]
-    """The app on a real loopback port (the CLI makes its own HTTP connections)."""
-    import uvicorn
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(client.app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
 
 
 def test_cli_download_resumes_verifies_and_unpacks(client, setup_round, zoos, live_server, tmp_path,  # type: ignore[no-untyped-def]

@@ -33,15 +33,9 @@ PNG_DETECTOR = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def image_test_zoo(tmp_path_factory, data_root: Path) -> Path:
-    from tests.conftest import tiny_image_preset_text
+    from tests.conftest import make_tiny_image_zoo
 
-    from trojanscope.rounds.zoo import make_zoo
-
-    preset = tmp_path_factory.mktemp("preset") / "tiny-image.toml"
-    preset.write_text(tiny_image_preset_text())
-    out = tmp_path_factory.mktemp("zoo") / "tiny-image-test"
-    make_zoo(preset, "test", 2, out, data_root=data_root, progress=False)
-    return out
+    return make_tiny_image_zoo(tmp_path_factory, data_root, split="test", count=2)
 
 
 @pytest.mark.slow
