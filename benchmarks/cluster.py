@@ -46,6 +46,8 @@ def _ray(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def start_two_nodes() -> str:
+    # Ray 2.5x turns on token authentication by default; a throwaway loopback cluster does without it
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     port = _free_port()
     head = _ray("start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
                 "--node-ip-address=127.0.0.1", "--disable-usage-stats")
