@@ -9,8 +9,9 @@
    cluster of two nodes on 127.0.0.1 (``ray start --head`` + ``ray start --address``, 1 CPU each, started
    and stopped here); checks the model files are identical; prints models/h of each and Ray's overhead
    per model.
-3. With ``--evaluate``: the shipped ``default`` detector over the local zoo (2 workers), for the
-   detection cost per model.
+3. With ``--evaluate``: ``evaluate`` with the shipped ``default`` detector over the local zoo, once with
+   the local pool (2 workers) and once on the same 2-node Ray cluster: models/h of each, Ray's overhead
+   per model, and whether the probabilities are identical.
 4. Projects, from the measured per-model costs, an R5-size round (1,656 train + 504 holdout models) and
    one submission over 504 models on N = 1, 4, 16 nodes of this machine's size, with what stays serial.
 """
@@ -81,7 +82,9 @@ def main(argv: list[str] | None = None) -> None:
     make_zoo(args.preset, "holdout", 1, args.out / "warm", workers=1, cache_path=cache, progress=False)
     warm_s = time.perf_counter() - t0
 
-    runs = {}
+    from trojanscope.scoring.harness import evaluate
+
+    runs, evals, probs = {}, {}, {}
     for name in ("local", "ray"):
         env_address = None
         if name == "ray":
@@ -92,6 +95,12 @@ def main(argv: list[str] | None = None) -> None:
             make_zoo(args.preset, "train", args.count, args.out / name, workers=2, executor=name,
                      cache_path=cache, progress=False)
             runs[name] = time.perf_counter() - t0
+            if args.evaluate:  # both executors score the same (local) zoo
+                t0 = time.perf_counter()
+                res = evaluate(args.out / "local", args.out / f"eval-{name}", detector="default", workers=2,
+                               progress=False, executor=name)
+                evals[name] = time.perf_counter() - t0
+                probs[name] = list(res.results["probability"])
         finally:
             if env_address:
                 os.environ.pop("RAY_ADDRESS", None)
@@ -100,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     per_h = {k: args.count / v * 3600 for k, v in runs.items()}
     print(f"\npreset {args.preset}, {args.count} models, 2 workers / 2 one-CPU Ray nodes on 127.0.0.1")
     print(f"pools + encoding (serial, once per zoo job, cache warm afterwards): {warm_s:.0f} s")
-    print(f"{'executor':<10} {'wall s':>8} {'models/h':>9}")
+    print(f"{'zoo make':<10} {'wall s':>8} {'models/h':>9}")
     for k in runs:
         print(f"{k:<10} {runs[k]:>8.1f} {per_h[k]:>9.1f}")
     print(f"Ray / local throughput: {per_h['ray'] / per_h['local']:.2f}; overhead per model: "
@@ -108,12 +117,14 @@ def main(argv: list[str] | None = None) -> None:
 
     cpu_s = runs["local"] * 2 / args.count  # seconds of one CPU per model
     detect_s = None
-    if args.evaluate:
-        from trojanscope.scoring.harness import evaluate
-
-        res = evaluate(args.out / "local", args.out / "eval", detector="default", workers=2, progress=False)
-        detect_s = float(res.results["seconds"].mean())
-        print(f"default detector: mean {detect_s:.1f} s per model (2 workers)")
+    if evals:
+        print(f"\n{'evaluate':<10} {'wall s':>8} {'models/h':>9}   (detector default, {args.count} models)")
+        for k in evals:
+            print(f"{k:<10} {evals[k]:>8.1f} {args.count / evals[k] * 3600:>9.1f}")
+        print(f"Ray / local throughput: {evals['local'] / evals['ray']:.2f}; overhead per model: "
+              f"{(evals['ray'] - evals['local']) / args.count:+.1f} s; identical probabilities: "
+              f"{probs['local'] == probs['ray']}")
+        detect_s = evals["local"] * 2 / args.count  # CPU-seconds per model scored, startup included
     print(f"\nprojection, nodes of 2 CPUs, {cpu_s:.0f} CPU-s per model built"
           + (f", {detect_s:.0f} s per model detected" if detect_s else "") + ":")
     print(f"{'nodes':>5} {'R5 round (2,160 models) h':>26} {'one submission (504) h':>24}")

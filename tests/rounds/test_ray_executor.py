@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +72,79 @@ def test_ray_builds_the_same_model_files_as_the_local_pool(tmp_path, preset_text
                              for p in sorted(out.glob("models/*/model.pt"))}
     assert len(digests["ray"]) == 2
     assert digests["ray"] == digests["local"]
+
+
+def _descends_from_us(pid: int) -> bool:
+    while pid > 1:
+        if pid == os.getpid():
+            return True
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+    return False
+
+
+def _ray_task_pids() -> list[int]:
+    """Workers of this test's own local cluster running a build now (Ray titles them after the task)."""
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if (proc / "cmdline").read_bytes().startswith(b"ray::_ray_task") and _descends_from_us(int(proc.name)):
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_model_is_rebuilt_once_and_complete(tmp_path, preset_text, data_root):
+    """Issue 24.3: SIGKILL of a Ray worker (not the driver) while it builds a model: Ray retries the task
+    elsewhere, the model appears exactly once with the same bytes as the local pool, nothing half-written."""
+    import json
+    import signal
+    import threading
+
+    from trojanscope.rounds.zoo import make_zoo
+
+    preset = tmp_path / "tiny.toml"
+    preset.write_text(preset_text())
+    cache = tmp_path / "c.sqlite"
+    make_zoo(preset, "train", 3, tmp_path / "local", workers=2, data_root=data_root, cache_path=cache,
+             progress=False)
+    killed: list[int] = []
+    stop = threading.Event()
+
+    def kill_first_builder() -> None:
+        while not stop.is_set() and not killed:
+            for pid in _ray_task_pids():
+                time.sleep(0.5)  # let it get into the model (training has started)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                except ProcessLookupError:
+                    continue
+                break
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=kill_first_builder, daemon=True)
+    watcher.start()
+    try:
+        make_zoo(preset, "train", 3, tmp_path / "ray", workers=1, executor="ray", data_root=data_root,
+                 cache_path=cache, progress=False)
+    finally:
+        stop.set()
+        watcher.join(5)
+    assert killed, "no Ray build worker was seen to kill"
+    digest = {}
+    for name in ("local", "ray"):
+        digest[name] = {p.parent.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                        for p in sorted((tmp_path / name).glob("models/*/model.pt"))}
+    assert digest["ray"] == digest["local"] and len(digest["ray"]) == 3
+    models = sorted(p.name for p in (tmp_path / "ray" / "models").iterdir())
+    assert models == sorted(digest["local"]), models  # no half-written or duplicate folders beside them
+    for d in (tmp_path / "ray" / "models").iterdir():
+        json.loads((d / "config.json").read_text())
+    import pandas as pd
+
+    assert sorted(pd.read_csv(tmp_path / "ray" / "METADATA.csv")["model_name"]) == models  # one row each
