@@ -1,15 +1,17 @@
 """Load test of the leaderboard service on loopback: page latency under concurrent readers, upload throughput.
 
-    .venv/bin/python benchmarks/leaderboard_load.py [--db sqlite|postgresql] [--readers 100] [--requests-per-reader 50]
-        [--teams 50] [--scored-per-team 10] [--upload-seconds 30] [--uploaders 8] [--json out.json]
+    .venv/bin/python benchmarks/leaderboard_load.py [--db sqlite|postgresql] [--workers 2] [--readers 100]
+        [--requests-per-reader 50] [--teams 50] [--scored-per-team 10] [--upload-seconds 30] [--uploaders 8]
+        [--json out.json]
 
-It builds two tiny zoos with trojanscope's own model store, starts ``trojanscope serve`` (SQLite,
-one worker) on 127.0.0.1, fills the round with synthetic scored submissions (rows written straight
-into the database, labelled ``synthetic`` in their command, so the page has a realistic number of
-rows to rank), then keeps the worker busy scoring a real slow submission while
+It builds two tiny zoos with trojanscope's own model store, starts ``trojanscope serve`` (SQLite, or a
+throwaway PostgreSQL server with ``--db postgresql``; ``--workers`` scoring workers) on 127.0.0.1, fills
+the round with synthetic scored submissions (rows written straight into the database, labelled
+``synthetic`` in their command, so the page has a realistic number of rows to rank), then keeps every
+worker busy scoring a real slow submission of its own while
 
 1. ``--readers`` concurrent clients each fetch the round's leaderboard page ``--requests-per-reader``
-   times; it reports p50/p95/p99/max latency and checks that a job was running throughout;
+   times; it reports p50/p95/p99/max latency and how many jobs were still running at the end;
 2. ``--uploaders`` concurrent clients upload small valid submissions for ``--upload-seconds``; it
    reports accepted uploads per minute and checks that every accepted upload is in the database
    with its queued smoke job (no loss).
@@ -190,11 +192,15 @@ def main() -> None:
     ap.add_argument("--uploaders", type=int, default=8)
     ap.add_argument("--max-uploads", type=int, default=2000)
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--workers", type=int, default=2, help="scoring workers of the server, each kept busy by a "
+                    "slow submission of its own while the readers run")
     ap.add_argument("--db", choices=("sqlite", "postgresql"), default="sqlite",
                     help="postgresql: a throwaway local server (Debian's postgresql + the postgres extra)")
     args = ap.parse_args()
-    if not (1 <= args.readers <= 1000 and 1 <= args.requests_per_reader <= 100 and args.upload_seconds <= 300):
-        raise SystemExit("keep the load bounded: readers 1..1000, requests-per-reader 1..100, upload-seconds <= 300")
+    if not (1 <= args.workers <= 4 and 1 <= args.readers <= 1000 and 1 <= args.requests_per_reader <= 100
+            and args.upload_seconds <= 300):
+        raise SystemExit("keep the load bounded: workers 1..4, readers 1..1000, requests-per-reader 1..100, "
+                         "upload-seconds <= 300")
 
     load_at_start = os.getloadavg()[0]  # other work on the machine shares the CPUs with client and server
     tmp = Path(tempfile.mkdtemp(prefix="trojanscope-lb-bench-"))
@@ -216,8 +222,8 @@ def main() -> None:
     env = {**os.environ, "TROJANSCOPE_ADMIN_TOKEN": ADMIN, "TROJANSCOPE_RATE_LIMIT_COUNT": "1000000",
            "TROJANSCOPE_POLL_S": "0.2"}
     proc = subprocess.Popen([sys.executable, "-m", "trojanscope.cli", "serve", "--db", db_url, "--port", str(port),
-                             "--rounds", str(tmp / "rounds.toml"), "--workers", "1", "--data-dir", str(tmp / "data"),
-                             "--no-access-log"],
+                             "--rounds", str(tmp / "rounds.toml"), "--workers", str(args.workers),
+                             "--data-dir", str(tmp / "data"), "--no-access-log"],
                             env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_up(base, proc)
@@ -225,20 +231,21 @@ def main() -> None:
         admin = {"Authorization": f"Bearer {ADMIN}"}
         tokens = [httpx.post(base + "/api/teams", json={"name": f"uploader-{i}"}, headers=admin).json()["token"]
                   for i in range(4)]
-        slow = httpx.post(base + "/api/rounds/bench/submissions", headers={"Authorization": f"Bearer {tokens[0]}"},
-                          files={"file": ("slow.zip", archive(SLOW_DETECTOR), "application/zip")}).json()["id"]
-        deadline = time.monotonic() + 120
-        while not any(j["status"] == "running" and j["stage"] == "test"
-                      for j in httpx.get(base + "/api/jobs", headers=admin).json()):
+        slow = [httpx.post(base + "/api/rounds/bench/submissions", headers={"Authorization": f"Bearer {tokens[i]}"},
+                           files={"file": ("slow.zip", archive(SLOW_DETECTOR), "application/zip")}).json()["id"]
+                for i in range(args.workers)]
+        deadline = time.monotonic() + 180
+        while sum(j["status"] == "running" and j["stage"] == "test"
+                  for j in httpx.get(base + "/api/jobs", headers=admin).json()) < args.workers:
             if time.monotonic() > deadline:
-                raise SystemExit("the slow submission never reached its test stage")
+                raise SystemExit(f"the {args.workers} slow submissions never reached their test stage together")
             time.sleep(0.3)
 
         # one reader first: the server's own time per page, without queueing behind other readers
         solo, solo_errors = asyncio.run(readers(base, 1, args.sequential, 60))
         latencies, errors = asyncio.run(readers(base, args.readers, args.requests_per_reader, 120))
         jobs = httpx.get(base + "/api/jobs", headers=admin).json()
-        running_during_reads = any(j["status"] == "running" for j in jobs)
+        running_during_reads = sum(j["status"] == "running" for j in jobs)
         reads = {"requests": len(latencies), "errors": errors, "p50_ms": 1000 * pct(latencies, 50),
                  "p95_ms": 1000 * pct(latencies, 95), "p99_ms": 1000 * pct(latencies, 99),
                  "max_ms": 1000 * max(latencies), "mean_ms": 1000 * statistics.fmean(latencies),
@@ -259,8 +266,8 @@ def main() -> None:
         uploads = {"accepted": len(ids), "codes": up["codes"], "seconds": round(up["elapsed_s"], 2),
                    "accepted_per_minute": 60 * len(ids) / up["elapsed_s"], "lost": len(ids - stored),
                    "without_smoke_job": len(ids - with_job), "concurrency": args.uploaders}
-        result = {"reads": reads, "uploads": uploads, "slow_submission": slow, "cpus": os.cpu_count(),
-                  "loadavg_1min": os.getloadavg()[0], "loadavg_1min_at_start": load_at_start}
+        result = {"reads": reads, "uploads": uploads, "slow_submissions": slow, "workers": args.workers,
+                  "cpus": os.cpu_count(), "loadavg_1min": os.getloadavg()[0], "loadavg_1min_at_start": load_at_start}
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:
@@ -271,7 +278,8 @@ def main() -> None:
             pg.stop()
     result["database"] = args.db
     print(json.dumps(result, indent=2))
-    print(f"leaderboard page under {args.readers} concurrent readers (a job scoring): "
+    print(f"leaderboard page under {args.readers} concurrent readers ({args.workers} workers scoring, "
+          f"{reads['job_running_during_reads']} jobs still running at the end): "
           f"p50 {reads['p50_ms']:.0f} ms, p95 {reads['p95_ms']:.0f} ms, max {reads['max_ms']:.0f} ms, "
           f"{errors} errors; one reader alone: p50 {reads['single_reader']['p50_ms']:.1f} ms, "
           f"p95 {reads['single_reader']['p95_ms']:.1f} ms; load average {result['loadavg_1min']:.1f} on "
