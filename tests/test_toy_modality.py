@@ -49,6 +49,8 @@ def test_a_registered_modality_runs_through_zoo_check_audit_and_detectors(tabula
     assert natural_trojans(preset, df, dirs)["clean_models"] == 3
 
     models = [inputs_for_model_dir(d) for d in list_model_dirs(out)]
+    assert models[0].config == {"modality": "tabular", "model_architecture": "Linear", "number_classes": 3,
+                                "features": 4}  # the reduced config: the facet's keys kept, preset/split dropped
     det = DETECTORS.get("tabular-norm")(seed=0).fit(models, [int(p) for p in df["poisoned"]])
     assert det.trained_on_["domain"]["modality"] == ["tabular"]
     assert det.trained_on_["domain"]["shape"] == ["Linear features 4"]

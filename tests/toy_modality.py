@@ -45,6 +45,7 @@ class TabularModels:
     name = NAME
     required_config_keys = ("model_architecture", "number_classes", "modality", "features")
     example_kind = ".json"
+    reduced_config_keys = ("features",)
 
     def example_labels(self, examples_dir: Path) -> list[int | None]:
         return [int(p.stem.split("_")[1]) for p in sorted(Path(examples_dir).glob("class_*_example_*.json"))]

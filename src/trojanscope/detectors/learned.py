@@ -67,7 +67,7 @@ def inputs_for_model_dir(model_dir: Path | str) -> ModelInputs:
     from trojanscope.models.layout import MODEL_FILE, find_examples_dir, read_config, reduce_config
 
     model_dir = Path(model_dir)
-    config = reduce_config(read_config(model_dir))
+    config = reduce_config(read_config(model_dir), model_dir / "config.json")
     cls_first = config.get("cls_token_is_first")
     return ModelInputs(model_filepath=model_dir / MODEL_FILE, examples_dirpath=find_examples_dir(model_dir),
                        config=config, cls_token_is_first=None if cls_first is None else bool(cls_first))

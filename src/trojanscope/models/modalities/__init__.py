@@ -2,8 +2,8 @@
 
 A modality (``text``, ``image``, ...) is named by the ``modality`` key of a model's config and of a round
 preset; a config without the key is text (TrojAI's text rounds predate it). Every layer that treats the
-modalities differently has one facet registry keyed by that name: this one (required config keys, example
-files, export), ``rounds.modalities`` (preset schema, building a model, the natural-trojan probe) and
+modalities differently has one facet registry keyed by that name: this one (required and reduced config keys,
+example files, export), ``rounds.modalities`` (preset schema, building a model, the natural-trojan probe) and
 ``detectors.modalities`` (a detector's view of one model). Generic code looks the facet up by name and
 never compares the name itself; a new modality is one module per facet plus one registration line in each.
 """
@@ -28,6 +28,7 @@ class ModelModality(Protocol):
     name: str
     required_config_keys: tuple[str, ...]  # reduced-config keys the harness and detectors need
     example_kind: str  # how an example file is called in messages (".txt", "image")
+    reduced_config_keys: tuple[str, ...]  # what a detector may see beyond the common reduced config
 
     def example_labels(self, examples_dir: Path) -> list[int | None]:
         """The class of every example file in ``examples_dir`` (None when its name carries none)."""

@@ -13,6 +13,7 @@ class ImageModels:
     name = "image"
     required_config_keys = ("model_architecture", "number_classes", "modality", "image_size")
     example_kind = "image"
+    reduced_config_keys = ("image_size", "image_channel_order", "image_scaling")  # how its input is made
 
     def example_labels(self, examples_dir: Path) -> list[int | None]:
         return example_image_labels(examples_dir)

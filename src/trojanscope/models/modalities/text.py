@@ -14,6 +14,7 @@ class TextModels:
     required_config_keys = ("model_architecture", "number_classes", "embedding", "embedding_flavor",
                             "cls_token_is_first")
     example_kind = ".txt"
+    reduced_config_keys: tuple[str, ...] = ()  # TrojAI's reduced config (layout.REDUCED_CONFIG_KEYS) is text's
 
     def example_labels(self, examples_dir: Path) -> list[int | None]:
         return [label for _, label in read_examples(examples_dir)]
