@@ -32,8 +32,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from trojanscope.encoders import EmbeddingCache, encode_cached, get_encoder
+    from trojanscope.rounds.modalities.text import build_pools
     from trojanscope.rounds.preset import load_preset
-    from trojanscope.rounds.zoo import build_pools
     from trojanscope.settings import data_root
     from trojanscope.triggers import insert, load_pool, render
 

@@ -10,7 +10,7 @@ import torch
 
 from trojanscope.encoders import EmbeddingCache
 from trojanscope.models import load_model
-from trojanscope.models.layout import IMAGE_CONFIG_KEYS, REDUCED_CONFIG_KEYS, list_model_dirs, read_ground_truth
+from trojanscope.models.layout import REDUCED_CONFIG_KEYS, list_model_dirs, read_ground_truth
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,7 @@ def test_layout_file_by_file(tiny_zoo) -> None:
         assert read_ground_truth(d) == int(poisoned)
         cfg = json.loads((d / "config.json").read_text())
         # train split: the full config, a superset of the reduced keys (no embeddings/*.pt file is shipped)
-        assert set(REDUCED_CONFIG_KEYS) - {"embedding_filename", *IMAGE_CONFIG_KEYS} <= set(cfg)
+        assert set(REDUCED_CONFIG_KEYS) - {"embedding_filename"} <= set(cfg)
         assert cfg["poisoned"] == poisoned
         n_triggers = (1 + (row["trigger_organization"] == "pair-one2one")) if poisoned else 0
         assert len(cfg["triggers"]) == n_triggers

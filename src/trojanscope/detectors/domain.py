@@ -18,20 +18,13 @@ from trojanscope.detectors.base import ModelInputs
 
 def model_domain(inputs: ModelInputs) -> dict[str, Any]:
     """modality, n_classes, architecture and shape signature of one model (read safely, no code runs)."""
-    from trojanscope.detectors.image_context import is_image_model
+    from trojanscope.detectors.modalities import detector_modality
     from trojanscope.models.loading import model_info
 
+    modality = detector_modality(inputs)
     info = model_info(inputs.model_filepath)
-    arch = info["architecture"]
-    if is_image_model(inputs):
-        shape = f"{arch} input {info['input_size']}"
-    elif arch in ("Linear",):
-        shape = arch
-    else:
-        direction = "bidirectional" if info.get("bidirectional") else "unidirectional"
-        shape = f"{arch} hidden {info['hidden_size']} layers {info['n_layers']} {direction}"
-    return {"modality": "image" if is_image_model(inputs) else "text", "n_classes": int(info["output_size"]),
-            "architecture": arch, "shape": shape}
+    return {"modality": modality.name, "n_classes": int(info["output_size"]), "architecture": info["architecture"],
+            "shape": modality.domain_shape(info)}
 
 
 def summarize(domains: Iterable[dict[str, Any]]) -> dict[str, list]:

@@ -35,11 +35,6 @@ class ImageContext:
         return np.concatenate(out) if out else np.zeros((0, self.n_classes), np.float32)
 
 
-def is_image_model(inputs: ModelInputs) -> bool:
-    """Image models are told apart by their reduced config (``modality``), never by paths or names."""
-    return inputs.config.get("modality") == "image"
-
-
 def build_image_context(inputs: ModelInputs) -> ImageContext:
     import torch
 

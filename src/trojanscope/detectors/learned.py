@@ -56,14 +56,10 @@ def compute_features(inputs: ModelInputs, families: Sequence[Any], cache: Any = 
 
 
 def _context(inputs: ModelInputs, cache: Any = None) -> Any:
-    """The families' view of one model: an image context for image models (reduced config), else the text one."""
-    from trojanscope.detectors.image_context import build_image_context, is_image_model
+    """The families' view of one model: the context of the modality its reduced config names."""
+    from trojanscope.detectors.modalities import detector_modality
 
-    if is_image_model(inputs):
-        return build_image_context(inputs)
-    from trojanscope.detectors.context import build_context
-
-    return build_context(inputs, cache)
+    return detector_modality(inputs).build_context(inputs, cache)
 
 
 def inputs_for_model_dir(model_dir: Path | str) -> ModelInputs:
@@ -71,7 +67,7 @@ def inputs_for_model_dir(model_dir: Path | str) -> ModelInputs:
     from trojanscope.models.layout import MODEL_FILE, find_examples_dir, read_config, reduce_config
 
     model_dir = Path(model_dir)
-    config = reduce_config(read_config(model_dir))
+    config = reduce_config(read_config(model_dir), model_dir / "config.json")
     cls_first = config.get("cls_token_is_first")
     return ModelInputs(model_filepath=model_dir / MODEL_FILE, examples_dirpath=find_examples_dir(model_dir),
                        config=config, cls_token_is_first=None if cls_first is None else bool(cls_first))
@@ -159,7 +155,7 @@ class MetaDetector(Detector):
     name = "meta"
     description = "Calibrated logistic regression over feature families."
     shipped: ClassVar[str | None] = None  # file name under detectors/params/
-    modality: ClassVar[str] = "text"  # the models its families read: "text" or "image"
+    modality: ClassVar[str] = "text"  # the modality of the models its families read (detectors.modalities)
     fallback: ClassVar[dict[str, str]] = {}  # modality -> detector that scores models of that modality instead
     needs = _FamiliesNeeds()  # type: ignore[assignment]
 
@@ -180,18 +176,17 @@ class MetaDetector(Detector):
         return cls()
 
     def _check_modality(self, inputs: ModelInputs) -> None:
-        from trojanscope.detectors.image_context import is_image_model
+        from trojanscope.detectors.modalities import detector_modality
 
-        got = "image" if is_image_model(inputs) else "text"
-        if got != self.modality:
-            fix = "default"
-            if got == "image":  # every registered image detector, so a new one needs no edit here
-                from trojanscope.detectors import DETECTORS
+        got = detector_modality(inputs)
+        if got.name != self.modality:
+            from trojanscope.detectors import DETECTORS
 
-                others = [n for n in DETECTORS.names()
-                          if n != "image-default" and getattr(DETECTORS.get(n), "modality", None) == "image"]
-                fix = f"image-default (or {', '.join(others)})"
-            raise ConfigError(f"{inputs.model_filepath}: a {got} model, but detector {self.name!r} reads "
+            # every registered detector of that modality, so a new one needs no edit here
+            others = [n for n in DETECTORS.names()
+                      if n != got.default_detector and getattr(DETECTORS.get(n), "modality", None) == got.name]
+            fix = f"{got.default_detector} (or {', '.join(others)})" if others else got.default_detector
+            raise ConfigError(f"{inputs.model_filepath}: a {got.name} model, but detector {self.name!r} reads "
                               f"{self.modality} models; use --detector {fix}")
 
     def fit(self, models: Sequence[ModelInputs], labels: Sequence[int]) -> MetaDetector:
@@ -231,9 +226,9 @@ class MetaDetector(Detector):
         """P(trojaned) for one model; a model of a ``fallback`` modality goes to that detector's shipped
         parameters (so ``default`` scores image models with ``image-default``)."""
         if self.fallback:
-            from trojanscope.detectors.image_context import is_image_model
+            from trojanscope.detectors.modalities import detector_modality
 
-            other = self.fallback.get("image" if is_image_model(inputs) else "text")
+            other = self.fallback.get(detector_modality(inputs).name)
             if other is not None and other != self.name:
                 from trojanscope.detectors import DETECTORS
 

@@ -39,7 +39,7 @@ def run_contract(
         raise DataError(f"{model_filepath}: model file not found; pass the classifier's model.pt")
     if examples_dirpath is not None and not Path(examples_dirpath).is_dir():
         raise DataError(f"{examples_dirpath}: clean example folder not found; pass the model's clean_example_data")
-    config = reduce_config(read_config(model_filepath.parent))
+    config = reduce_config(read_config(model_filepath.parent), model_filepath.parent / "config.json")
     if scratch_dirpath is not None:
         Path(scratch_dirpath).mkdir(parents=True, exist_ok=True)
     inputs = ModelInputs(

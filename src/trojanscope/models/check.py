@@ -15,20 +15,15 @@ from trojanscope.models.architectures import ARCHITECTURES
 from trojanscope.models.layout import (
     EXAMPLE_DIR_NAMES,
     MODEL_FILE,
-    example_image_labels,
     find_examples_dir,
     list_model_dirs,
     models_root,
     read_config,
-    read_examples,
     read_ground_truth,
     read_metadata,
 )
 from trojanscope.models.loading import model_info
-
-# Reduced-config keys the harness and detectors need; the others are optional.
-REQUIRED_CONFIG_KEYS = ("model_architecture", "number_classes", "embedding", "embedding_flavor", "cls_token_is_first")
-IMAGE_REQUIRED_CONFIG_KEYS = ("model_architecture", "number_classes", "modality", "image_size")
+from trojanscope.models.modalities import model_modality
 
 
 @dataclass(frozen=True)
@@ -84,9 +79,13 @@ def check_model_dir(model_dir: Path | str) -> list[Problem]:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             add("config", f"{config_path}: not valid JSON ({exc})")
     n_classes = config.get("number_classes")
+    modality = None
+    try:
+        modality = model_modality(config, config_path)
+    except TrojanscopeError as exc:
+        add("config", str(exc))
     if config:
-        required = IMAGE_REQUIRED_CONFIG_KEYS if config.get("modality") == "image" else REQUIRED_CONFIG_KEYS
-        missing = [k for k in required if k not in config]
+        missing = [k for k in modality.required_config_keys if k not in config] if modality is not None else []
         if missing:
             add("config", f"{config_path}: missing keys {', '.join(missing)}")
         arch = config.get("model_architecture")
@@ -104,13 +103,10 @@ def check_model_dir(model_dir: Path | str) -> list[Problem]:
     examples_dir = find_examples_dir(model_dir)
     if examples_dir is None:
         add("examples", f"{model_dir}: no examples folder (one of {', '.join(EXAMPLE_DIR_NAMES)})")
-    else:
-        image = config.get("modality") == "image"
-        kind = "image" if image else ".txt"
+    elif modality is not None:
+        kind = modality.example_kind
         try:
-            labels = (
-                example_image_labels(examples_dir) if image else [label for _, label in read_examples(examples_dir)]
-            )
+            labels = modality.example_labels(examples_dir)
         except TrojanscopeError as exc:
             add("examples", str(exc))
         else:

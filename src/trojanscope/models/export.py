@@ -78,12 +78,11 @@ def _verify(model: torch.nn.Module, path: Path) -> None:
             raise ModelFileError(f"{path}: exported weights differ from the source at {key}; export aborted")
 
 
-def encoder_filename(config: dict[str, Any]) -> str | None:
-    """NIST's name for a text model's tokenizer/embedding file (``<embedding>-<flavor>.pt``); ``None`` if not text."""
-    if config.get("modality") == "image" or not config.get("embedding_flavor"):
-        return None
-    flavor = str(config["embedding_flavor"]).replace("/", "-")
-    return f"{config.get('embedding') or 'encoder'}-{flavor}.pt"
+def encoder_filename(config: dict[str, Any], where: object = "config.json") -> str | None:
+    """NIST's name for a model's tokenizer/embedding file (text: ``<embedding>-<flavor>.pt``), or ``None``."""
+    from trojanscope.models.modalities import model_modality
+
+    return model_modality(config, where).encoder_filename(config)
 
 
 def _write_encoder_files(root: Path, model_dirs: list[Path]) -> None:
@@ -93,7 +92,7 @@ def _write_encoder_files(root: Path, model_dirs: list[Path]) -> None:
     written: set[str] = set()
     for model_dir in model_dirs:
         config = read_config(model_dir)
-        name = encoder_filename(config)
+        name = encoder_filename(config, model_dir / "config.json")
         if name is None:
             continue
         if name not in written:

@@ -18,9 +18,8 @@ from trojanscope.errors import LayoutError
 EXAMPLE_DIR_NAMES = ("clean_example_data", "example_data", "clean-example-data")
 MODEL_FILE = "model.pt"
 
-# What an image model's reduced config adds: how its input is made (NCHW, BGR, min-max).
-IMAGE_CONFIG_KEYS = ("modality", "image_size", "image_channel_order", "image_scaling")
-# The keys a detector may see (TrojAI's reduced config), plus data-path keys.
+# The keys a detector may see (TrojAI's reduced config), plus data-path keys; ``modality`` and the keys its
+# facet adds (models.modalities: ``reduced_config_keys``, e.g. how an image model's input is made) follow.
 REDUCED_CONFIG_KEYS = (
     "cls_token_is_first",
     "summary_rule",
@@ -33,7 +32,6 @@ REDUCED_CONFIG_KEYS = (
     "train_data_filepath",
     "test_data_filepath",
     "number_classes",
-    *IMAGE_CONFIG_KEYS,
 )
 
 
@@ -84,9 +82,12 @@ def read_config(model_dir: Path | str) -> dict[str, Any]:
         raise LayoutError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
 
 
-def reduce_config(config: dict[str, Any]) -> dict[str, Any]:
-    """Only the keys a detector is allowed to see."""
-    return {k: config[k] for k in REDUCED_CONFIG_KEYS if k in config}
+def reduce_config(config: dict[str, Any], where: object = "config.json") -> dict[str, Any]:
+    """Only the keys a detector is allowed to see: the common ones, then those of the config's modality."""
+    from trojanscope.models.modalities import model_modality
+
+    keys = (*REDUCED_CONFIG_KEYS, "modality", *model_modality(config, where).reduced_config_keys)
+    return {k: config[k] for k in keys if k in config}
 
 
 CLEAN_EXAMPLES_NAME = "clean_example_data"
@@ -107,7 +108,7 @@ def write_detector_view(model_dir: Path | str, dest: Path | str) -> dict[str, An
     model_dir, dest = Path(model_dir), Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(model_dir / MODEL_FILE, dest / MODEL_FILE)
-    config = reduce_config(read_config(model_dir))
+    config = reduce_config(read_config(model_dir), model_dir / "config.json")
     (dest / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
     examples = find_examples_dir(model_dir)
     if examples is not None:

@@ -30,7 +30,7 @@ import pandas as pd
 from trojanscope.errors import ConfigError, LayoutError
 from trojanscope.fsutil import atomic_write_text
 from trojanscope.models.layout import find_examples_dir, list_model_dirs, read_config, read_examples, read_metadata
-from trojanscope.rounds.preset import AnyPreset, ImagePreset, load_preset
+from trojanscope.rounds.preset import AnyPreset, ImagePreset, Preset, load_preset
 
 AUDIT_FILE = "audit.json"
 AUDIT_FORMAT = 1
@@ -179,25 +179,10 @@ def shortcut_aucs(facts: pd.DataFrame, y: np.ndarray, *, folds: int, n_boot: int
 
 
 def _design_levels(preset: AnyPreset) -> dict[str, int]:
-    """METADATA factor column -> number of levels the preset draws it from."""
-    if isinstance(preset, ImagePreset):
-        m, t = preset.model, preset.triggers
-        return {
-            "model_architecture": len(m.architecture), "width": len(m.width), "stages": len(m.stages),
-            "dropout": len(m.dropout), "trigger_organization": len(t.organization),
-            "triggers_0_fraction": len(t.fraction), "triggers_0_condition": len(t.condition),
-        }  # fmt: skip
-    h, a, t = preset.head, preset.adversarial, preset.triggers
-    return {
-        "embedding": len(preset.encoder.choices), "source_dataset": len(preset.data.sources),
-        "model_architecture": len(h.architecture), "hidden_size": len(h.hidden_size), "n_layers": len(h.n_layers),
-        "bidirectional": len(h.bidirectional), "dropout": len(h.dropout),
-        "adversarial_training_method": len(a.algorithm), "adversarial_training_ratio": len(a.ratio),
-        "adversarial_eps": len(a.eps), "adversarial_training_iteration_count": len(a.pgd_iterations),
-        "epoch_budget": len(preset.training.epochs or []),
-        "trigger_organization": len(t.organization), "triggers_0_type": len(t.type),
-        "triggers_0_fraction": len(t.fraction), "triggers_0_condition": len(t.condition),
-    }  # fmt: skip
+    """METADATA factor column -> number of levels the preset draws it from (the modality's factors)."""
+    from trojanscope.rounds.modalities import round_modality
+
+    return round_modality(preset.modality, f"preset {preset.name}").design_levels(preset)
 
 
 def factor_marginals(preset: AnyPreset, df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -272,10 +257,27 @@ def natural_trojans(
     examples_per_class: int = 10,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """How many clean models flip like a trojaned one on some trigger of the round's pools (text) or on a
-    one-colour square (image: :func:`natural_squares`)."""
-    if isinstance(preset, ImagePreset):
-        return natural_squares(preset, df, dirs, examples_per_class=examples_per_class)
+    """How many clean models flip like a trojaned one on a trigger the round's modality proposes: every
+    trigger of the pools (text: :func:`natural_triggers`), a one-colour square (image: :func:`natural_squares`)."""
+    from trojanscope.rounds.modalities import round_modality
+
+    return round_modality(preset.modality, f"preset {preset.name}").natural_trojans(
+        preset, df, dirs, cache=cache, max_per_type=max_per_type, examples_per_class=examples_per_class, seed=seed
+    )
+
+
+def natural_triggers(
+    preset: Preset,
+    df: pd.DataFrame,
+    dirs: list[Path],
+    *,
+    cache: Any = None,
+    max_per_type: int = 50,
+    examples_per_class: int = 10,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Text rounds: every trigger of the round's pools (at most ``max_per_type`` per type) inserted in each
+    clean model's clean examples; a model counts when one sends a class's examples to another at the bar."""
     from trojanscope.encoders import encode_cached, encoder_for_config
     from trojanscope.models import load_model
     from trojanscope.rounds.training import predict_logits

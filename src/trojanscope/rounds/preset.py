@@ -340,7 +340,10 @@ def load_preset(name_or_path: str | Path) -> tuple[AnyPreset, str]:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-    schema = ImagePreset if raw.get("modality") == "image" else Preset
+    from trojanscope.models.modalities import DEFAULT_MODALITY
+    from trojanscope.rounds.modalities import round_modality
+
+    schema = round_modality(raw.get("modality", DEFAULT_MODALITY), path).preset_schema
     try:
         return schema.model_validate(raw), text
     except ValidationError as exc:

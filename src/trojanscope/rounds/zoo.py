@@ -1,9 +1,9 @@
 """``trojanscope zoo make``: generate a round (zoo) of clean and trojaned models, resumably.
 
-Flow: validate inputs → build the clean text pools once → encode every pool text into the
-persistent cache in a fixed order → build the missing models in parallel (each into a temp folder,
-renamed into place when complete) → rewrite METADATA.csv from the finished model folders after
-each model. Killing
+Flow: validate inputs → the preset's modality prepares what every model shares (text: build the clean
+pools once, encode every pool text into the persistent cache in a fixed order; image: check the scene
+assets) → build the missing models in parallel (each into a temp folder, renamed into place when
+complete) → rewrite METADATA.csv from the finished model folders after each model. Killing
 the run at any point and re-running it yields a complete zoo: finished models are kept, temp
 leftovers are deleted and redone.
 """
@@ -15,22 +15,18 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
 from trojanscope.errors import ConfigError
 from trojanscope.fsutil import atomic_write_text, check_writable_dir
 from trojanscope.models.layout import list_model_dirs
-from trojanscope.rounds.build import BuildOutcome, Timing, build_model
-from trojanscope.rounds.dataset import SourcePool, build_source_pool
+from trojanscope.rounds.build import BuildOutcome, Timing
 from trojanscope.rounds.executor import make_executor
-from trojanscope.rounds.factors import draw_plan, redraw_plan
-from trojanscope.rounds.preset import SPLITS, AnyPreset, Preset, load_preset
+from trojanscope.rounds.modalities import ROUND_MODALITIES, RoundModality, round_modality
+from trojanscope.rounds.preset import SPLITS, AnyPreset, load_preset
 from trojanscope.rounds.writer import METADATA_DICTIONARY
-
-if TYPE_CHECKING:
-    from trojanscope.encoders import MemoryCache
 
 _STATE: dict[str, Any] = {}
 
@@ -44,30 +40,11 @@ class ZooResult:
     metadata: pd.DataFrame | None = None
 
 
-def _worker_init(
-    preset: AnyPreset,
-    pools: dict[str, SourcePool],
-    models_dir: str,
-    cache_path: str | MemoryCache | None,
-    clean_texts: frozenset[str],
-    data_root: str | None = None,
-) -> None:
-    """Per-worker state. ``cache_path``: the SQLite cache file (local processes), or an in-memory snapshot
-    of the pool vectors (Ray: no disk shared between nodes is assumed)."""
-    if preset.modality == "image":
-        from trojanscope.rounds.image_round import load_assets
-
-        _STATE.update(preset=preset, models_dir=Path(models_dir), assets=load_assets(preset, Path(str(data_root))))
-        return
-    from trojanscope.encoders import EmbeddingCache
-
-    _STATE.update(
-        preset=preset,
-        pools=pools,
-        models_dir=Path(models_dir),
-        cache=EmbeddingCache(cache_path) if isinstance(cache_path, str) else cache_path,
-        clean_texts=clean_texts,
-    )
+def _worker_init(modality: RoundModality, preset: AnyPreset, models_dir: str, shipped: Any) -> None:
+    """Per-worker state: what the modality's ``prepare`` shipped (text: the pools and the cache file, or for
+    Ray an in-memory snapshot of the pool vectors), turned into its ``worker_state``."""
+    _STATE.update(modality=modality, preset=preset, models_dir=Path(models_dir),
+                  state=modality.worker_state(preset, shipped))
 
 
 MAX_REDRAWS = 10
@@ -77,16 +54,7 @@ REPLACEMENTS_LOG = "replacements.log"
 
 def _build_draw(preset: AnyPreset, split: str, index: int, draw: int) -> BuildOutcome:
     """Build draw ``draw`` of model ``index``: 0 is its own plan, k > 0 a fresh model of the same factor cell."""
-    models_dir = _STATE["models_dir"]
-    if preset.modality == "image":
-        from trojanscope.rounds.image_round import build_image_model, draw_image_plan, redraw_image_plan
-
-        plan = draw_image_plan(preset, split, index)
-        plan = redraw_image_plan(preset, plan, draw) if draw else plan
-        return build_image_model(preset, plan, _STATE["assets"], models_dir)
-    plan = draw_plan(preset, split, index)
-    plan = redraw_plan(preset, plan, draw) if draw else plan
-    return build_model(preset, plan, _STATE["pools"], models_dir, _STATE["cache"], _STATE["clean_texts"])
+    return _STATE["modality"].build(preset, split, index, draw, _STATE["state"], _STATE["models_dir"])
 
 
 def _build_one(item: tuple[int, str, bool]) -> BuildOutcome:
@@ -124,45 +92,6 @@ def retire_failed(out: Path, name: str, draw: int, metadata: dict[str, Any]) -> 
         fh.write(line + "\n")
 
 
-def build_pools(preset: Preset, data_root: Path | None, cache_dir: Path | None = None) -> dict[str, SourcePool]:
-    """The clean text pools of a preset, built once and kept as JSON under the cache folder.
-
-    The key covers everything a pool depends on: the data spec, class count, token budget, the
-    tokenizer (encoder fingerprint) and the corpus files' sizes and mtimes.
-    """
-    import hashlib
-
-    from trojanscope.encoders import get_encoder
-    from trojanscope.settings import cache_dir as default_cache_dir
-
-    encoder = get_encoder(
-        preset.encoder.choices[0], max_length=preset.encoder.max_length, summary_rule=preset.encoder.summary_rule
-    )
-    root = Path(data_root) if data_root else None
-    stamp = (
-        sorted(
-            (str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()
-        )
-        if root
-        else []
-    )
-    key = hashlib.sha256(
-        json.dumps(
-            [preset.data.model_dump(mode="json"), preset.n_classes, encoder.fingerprint, stamp, POOL_FORMAT]
-        ).encode()
-    ).hexdigest()[:24]
-    path = (cache_dir or default_cache_dir()) / "pools" / f"{key}.json"
-    if path.is_file():
-        raw = json.loads(path.read_text())
-        return {name: SourcePool.from_json(v) for name, v in raw.items()}
-    pools = {s.name: build_source_pool(preset, s, data_root, encoder) for s in preset.data.sources}
-    atomic_write_text(path, json.dumps({name: p.to_json() for name, p in pools.items()}))
-    return pools
-
-
-POOL_FORMAT = 2
-
-
 def _check_preset_snapshot(out: Path, raw: str) -> None:
     snap = out / "preset.toml"
     if snap.exists() and snap.read_text(encoding="utf-8") != raw:
@@ -197,7 +126,6 @@ def make_zoo(
     ``on_encode(n, encoder, cache_file)`` is called before the clean texts not yet in the embedding
     cache are encoded (the long first-run step of a text preset); never when all are cached.
     """
-    from trojanscope.encoders import CacheStats, EmbeddingCache, MemoryCache, encode_cached, get_encoder
     from trojanscope.settings import data_root as resolve_data_root
 
     if count <= 0:
@@ -223,39 +151,12 @@ def make_zoo(
     todo = [(i, split, keep_failed) for i in range(count) if f"id-{i:08d}" not in done]
     result = ZooResult(out=out, skipped=count - len(todo))
 
-    if todo and preset.modality == "image":
-        from trojanscope.rounds.image_round import check_architectures, load_assets
-
-        check_architectures(preset)
-        load_assets(preset, root)  # missing or corrupt images fail here, in one line, before any worker starts
-        ex = make_executor(
-            executor, workers, init=_worker_init, init_args=(preset, {}, str(models_dir), None, frozenset(), str(root))
-        )
-        _run(ex, todo, result, out, preset, split, progress, on_model)
-    elif todo:
-        pools = build_pools(preset, root, Path(cache_path).parent if cache_path else None)
-        cache = EmbeddingCache(cache_path) if cache_path else EmbeddingCache()
-        clean = [t for p in pools.values() for t in p.all_texts()]
-        stats = CacheStats()
-        for name in preset.encoder.choices:
-            enc = get_encoder(name, max_length=preset.encoder.max_length, summary_rule=preset.encoder.summary_rule)
-            announce = None if on_encode is None else (lambda n, name=name: on_encode(n, name, cache.path))
-            encode_cached(enc, clean, cache, stats=stats, progress=progress, on_encode=announce)
-        result.pool_encode = Timing(
-            encode_s=stats.seconds, texts=len(clean), encoded=stats.misses, cache_hits=stats.hits
-        )
-        worker_cache: str | MemoryCache = str(cache.path)
-        if executor == "ray":  # ship the pool vectors through the object store, not a file every node must see
-            worker_cache = MemoryCache()
-            for name in preset.encoder.choices:
-                enc = get_encoder(name, max_length=preset.encoder.max_length, summary_rule=preset.encoder.summary_rule)
-                worker_cache.merge(MemoryCache.snapshot(cache, enc.fingerprint, clean))
-        ex = make_executor(
-            executor,
-            workers,
-            init=_worker_init,
-            init_args=(preset, pools, str(models_dir), worker_cache, frozenset(clean)),
-        )
+    if todo:
+        modality = round_modality(preset.modality, f"preset {preset.name}")
+        shipped, result.pool_encode = modality.prepare(preset, root, cache_path=cache_path, executor=executor,
+                                                       progress=progress, on_encode=on_encode)
+        ex = make_executor(executor, workers, init=_worker_init,
+                           init_args=(modality, preset, str(models_dir), shipped))
         _run(ex, todo, result, out, preset, split, progress, on_model)
     result.metadata = write_metadata(out)
     return result
@@ -309,9 +210,9 @@ def _dictionary(columns: list[str]) -> dict[str, str]:
     """The METADATA_DICTIONARY entries that describe at least one of ``columns`` (all of them for an empty zoo)."""
     import fnmatch
 
-    from trojanscope.rounds.image_round import IMAGE_METADATA_DICTIONARY
-
-    entries = {**METADATA_DICTIONARY, **IMAGE_METADATA_DICTIONARY}
+    entries = dict(METADATA_DICTIONARY)
+    for name in ROUND_MODALITIES.names():  # every modality's own columns
+        entries.update(ROUND_MODALITIES.get(name).metadata_dictionary)
     if not columns:
         return entries
     return {

@@ -1,0 +1,41 @@
+"""Modality plug-ins, detectors layer: a detector's view of one model of each modality.
+
+The facet of the modality a model's reduced config names (see :mod:`trojanscope.models.modalities`):
+the context its feature families read (text: ``ModelContext``; image: ``ImageContext``), the shape
+signature of the fit domain, and the detector to suggest for such a model. ``learned`` and ``domain``
+look it up here and never compare modality names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from trojanscope.detectors.base import ModelInputs
+from trojanscope.models.modalities import lookup_modality, modality_name
+from trojanscope.registry import Registry
+
+
+class DetectorModality(Protocol):
+    """What the detectors layer needs from one modality."""
+
+    name: str
+    default_detector: str  # the detector suggested for models of this modality
+
+    def build_context(self, inputs: ModelInputs, cache: Any = None) -> Any:
+        """What this modality's feature families read of one model (built from ``inputs`` only)."""
+        ...
+
+    def domain_shape(self, info: dict[str, Any]) -> str:
+        """The shape signature of a model (from its safe ``model_info``) recorded in a fit domain."""
+        ...
+
+
+DETECTOR_MODALITIES: Registry[DetectorModality] = Registry("modality")
+DETECTOR_MODALITIES.register("text", "trojanscope.detectors.modalities.text:TEXT", help="text classifiers")
+DETECTOR_MODALITIES.register("image", "trojanscope.detectors.modalities.image:IMAGE", help="image classifiers")
+
+
+def detector_modality(inputs: ModelInputs) -> DetectorModality:
+    """The facet of the modality ``inputs``' reduced config names (never told by paths or names)."""
+    where = f"{inputs.model_filepath} (config modality)"
+    return lookup_modality(DETECTOR_MODALITIES, modality_name(inputs.config), where)

@@ -1,0 +1,24 @@
+"""The image modality's detectors-layer facet: families read an
+:class:`~trojanscope.detectors.image_context.ImageContext`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trojanscope.detectors.base import ModelInputs
+
+
+class ImageDetectors:
+    name = "image"
+    default_detector = "image-default"
+
+    def build_context(self, inputs: ModelInputs, cache: Any = None) -> Any:
+        from trojanscope.detectors.image_context import build_image_context
+
+        return build_image_context(inputs)
+
+    def domain_shape(self, info: dict[str, Any]) -> str:
+        return f"{info['architecture']} input {info['input_size']}"
+
+
+IMAGE = ImageDetectors()
