@@ -47,13 +47,13 @@ open(a[a.index('--result_filepath') + 1], 'w').write('0.5')
 """
 
 
-def make_zoo(root: Path, n: int) -> Path:
+def make_zoo(root: Path, n: int, seed: int) -> Path:
     import torch
 
     from trojanscope.models.architectures import HeadSpec
     from trojanscope.models.store import save_head
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)  # one seed per split: a round whose splits share a model is refused
     for i in range(n):
         d = root / "models" / f"id-{i:08d}"
         (d / "clean_example_data").mkdir(parents=True)
@@ -106,11 +106,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_up(base: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+def wait_up(base: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}")
+            last = (log.read_text().strip().splitlines() or ["(no output)"])[-1]
+            raise SystemExit(f"server exited with {proc.returncode}: {last}")
         try:
             if httpx.get(base + "/api/rounds", timeout=5).status_code == 200:
                 return
@@ -204,7 +205,7 @@ def main() -> None:
 
     load_at_start = os.getloadavg()[0]  # other work on the machine shares the CPUs with client and server
     tmp = Path(tempfile.mkdtemp(prefix="trojanscope-lb-bench-"))
-    train, test = make_zoo(tmp / "train", 4), make_zoo(tmp / "test", 120)
+    train, test = make_zoo(tmp / "train", 4, seed=1), make_zoo(tmp / "test", 120, seed=2)
     (tmp / "rounds.toml").write_text(f'[[round]]\nname = "bench"\ntitle = "Benchmark round"\ntrain = "{train}"\n'
                                      f'test = "{test}"\nsmoke_models = 2\nmodel_time_limit_s = 30\n')
     pg = None
@@ -224,9 +225,10 @@ def main() -> None:
     proc = subprocess.Popen([sys.executable, "-m", "trojanscope.cli", "serve", "--db", db_url, "--port", str(port),
                              "--rounds", str(tmp / "rounds.toml"), "--workers", str(args.workers),
                              "--data-dir", str(tmp / "data"), "--no-access-log"],
-                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=(tmp / "serve.log").open("w"))
     try:
-        wait_up(base, proc)
+        wait_up(base, proc, tmp / "serve.log")
         seed_scored(db_url, args.teams, args.scored_per_team)
         admin = {"Authorization": f"Bearer {ADMIN}"}
         tokens = [httpx.post(base + "/api/teams", json={"name": f"uploader-{i}"}, headers=admin).json()["token"]
@@ -269,11 +271,13 @@ def main() -> None:
         result = {"reads": reads, "uploads": uploads, "slow_submissions": slow, "workers": args.workers,
                   "cpus": os.cpu_count(), "loadavg_1min": os.getloadavg()[0], "loadavg_1min_at_start": load_at_start}
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
         try:
+            os.killpg(proc.pid, signal.SIGINT)
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # the server exited on its own (wait_up said why)
+            pass
         if pg is not None:
             pg.stop()
     result["database"] = args.db

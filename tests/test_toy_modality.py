@@ -56,7 +56,8 @@ def test_a_registered_modality_runs_through_zoo_check_audit_and_detectors(tabula
     assert det.trained_on_["domain"]["shape"] == ["Linear features 4"]
     d = det.score(models[1])
     assert 0 <= d.probability <= 1 and set(d.features) == {"tabular-norm.norm", "tabular-norm.margin"}
-    with pytest.raises(ConfigError, match="a tabular model, but detector 'default'.*use --detector tabular-norm$"):
+    with pytest.raises(ConfigError,
+                       match="model of modality 'tabular', but detector 'default'.*use --detector tabular-norm$"):
         DETECTORS.get("default").default().score(models[0])
 
 

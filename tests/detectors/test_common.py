@@ -68,7 +68,7 @@ def test_learned_detector_contract(name, zoo_features, zoo_models, light_params,
     if other in cls.fallback:  # e.g. default sends image models to image-default's shipped parameters
         assert 0 <= det.score(stranger).probability <= 1
     else:
-        with pytest.raises(ConfigError, match=f"a {other} model, but detector '{name}'") as err:
+        with pytest.raises(ConfigError, match=f"model of modality '{other}', but detector '{name}'") as err:
             det.score(stranger)
         assert "\n" not in str(err.value)
 

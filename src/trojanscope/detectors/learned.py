@@ -186,8 +186,8 @@ class MetaDetector(Detector):
             others = [n for n in DETECTORS.names()
                       if n != got.default_detector and getattr(DETECTORS.get(n), "modality", None) == got.name]
             fix = f"{got.default_detector} (or {', '.join(others)})" if others else got.default_detector
-            raise ConfigError(f"{inputs.model_filepath}: a {got.name} model, but detector {self.name!r} reads "
-                              f"{self.modality} models; use --detector {fix}")
+            raise ConfigError(f"{inputs.model_filepath}: model of modality {got.name!r}, but detector {self.name!r} "
+                              f"reads {self.modality!r} models; use --detector {fix}")
 
     def fit(self, models: Sequence[ModelInputs], labels: Sequence[int]) -> MetaDetector:
         """Compute every training model's features, then fit the meta-classifier."""
