@@ -247,23 +247,14 @@ def _round_triggers(preset: AnyPreset, max_per_type: int, seed: int) -> list[tup
     return out
 
 
-def natural_trojans(
-    preset: AnyPreset,
-    df: pd.DataFrame,
-    dirs: list[Path],
-    *,
-    cache: Any = None,
-    max_per_type: int = 50,
-    examples_per_class: int = 10,
-    seed: int = 0,
-) -> dict[str, Any]:
+def natural_trojans(preset: AnyPreset, df: pd.DataFrame, dirs: list[Path], *, cache: Any = None,
+                    max_per_type: int = 50, examples_per_class: int = 10, seed: int = 0) -> dict[str, Any]:
     """How many clean models flip like a trojaned one on a trigger the round's modality proposes: every
     trigger of the pools (text: :func:`natural_triggers`), a one-colour square (image: :func:`natural_squares`)."""
     from trojanscope.rounds.modalities import round_modality
 
     return round_modality(preset.modality, f"preset {preset.name}").natural_trojans(
-        preset, df, dirs, cache=cache, max_per_type=max_per_type, examples_per_class=examples_per_class, seed=seed
-    )
+        preset, df, dirs, cache=cache, max_per_type=max_per_type, examples_per_class=examples_per_class, seed=seed)
 
 
 def natural_triggers(
