@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -60,6 +61,15 @@ def test_good_submission_smoke_then_test_then_leaderboard(client, setup_round, s
     run = json.loads((settings.data_dir / "jobs" / str(smoke.id) / "report" / "run.json").read_text())
     assert run["command"] == ["python", "detector.py"]  # argv words, as `evaluate` records them
     assert "<title>python detector.py on " in smoke_report.text and "-0.0" not in smoke_report.text
+    # the page links the report at .../smoke/report.html, so the SVG links beside it resolve and are served
+    assert f'/submissions/{good}/report/smoke/report.html"' in client.get(f"/submissions/{good}").text
+    svgs = re.findall(r'href="(report-[\w-]+\.svg)"', smoke_report.text)
+    assert svgs, "the report links no SVG figure"
+    for name in svgs:
+        svg = client.get(f"/submissions/{good}/report/smoke/{name}")
+        assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")
+    assert client.get(f"/submissions/{good}/report/smoke/run.json").status_code == 404  # only the report
+    assert client.get(f"/submissions/{good}/report/test/{svgs[0]}").status_code == 403
     assert client.get(f"/submissions/{good}/report/test").status_code == 403
     test_report = client.get(f"/submissions/{good}/report/test", headers=admin())
     assert test_report.status_code == 200 and f"{test.scores['cross_entropy']:.4f}" in test_report.text

@@ -71,7 +71,7 @@ HTML_TEMPLATE = """<!DOCTYPE html>
 {% for caption_title, caption, src, svg in figures %}<figure{% if loop.index == 4 %} class="half"{% elif
  loop.index > 4 %} class="wide"{% endif %}>
 <img src="{{ src }}" alt="{{ caption_title }}"><figcaption><b>{{ caption_title }}.</b> {{ caption }}
-Vector copy beside this report: <code>{{ svg }}</code>.</figcaption>
+Vector copy beside this report: <a href="{{ svg }}"><code>{{ svg }}</code></a>.</figcaption>
 </figure>
 {% endfor %}</div>
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -119,16 +120,32 @@ def submission_page(sub_id: int, request: Request, s: SessionDep, settings: Sett
 @router.get("/submissions/{sub_id}/report/{stage}")
 def submission_report(sub_id: int, stage: str, s: SessionDep, settings: SettingsDep, admin: AdminFlag) -> Response:
     """The harness report of one stage: public for the smoke test (train split), organisers only otherwise."""
+    return _report_file(sub_id, stage, "report.html", s, settings, admin)
+
+
+@router.get("/submissions/{sub_id}/report/{stage}/{name}")
+def submission_report_file(sub_id: int, stage: str, name: str, s: SessionDep, settings: SettingsDep,
+                           admin: AdminFlag) -> Response:
+    """``report.html`` or one of the SVG figures beside it, so the report's relative figure links resolve."""
+    if name != "report.html" and not _REPORT_SVG.fullmatch(name):
+        raise HTTPException(404, f"no {name!r} in a harness report")
+    return _report_file(sub_id, stage, name, s, settings, admin)
+
+
+_REPORT_SVG = re.compile(r"report-[A-Za-z0-9_-]+\.svg")
+
+
+def _report_file(sub_id: int, stage: str, name: str, s: Any, settings: Any, admin: bool) -> Response:
     sub = services.get_submission(s, sub_id)
     job = next((j for j in sub.jobs if j.stage == stage), None)
     if job is None:
         raise HTTPException(404, f"submission {sub_id} has no {stage!r} stage")
     if stage != "smoke" and not admin:
         raise HTTPException(403, "test and holdout reports name the sequestered models: organiser token required")
-    path = settings.data_dir / "jobs" / str(job.id) / "report" / "report.html"
+    path = settings.data_dir / "jobs" / str(job.id) / "report" / name
     if not path.is_file():
-        raise HTTPException(404, f"no report for submission {sub_id} {stage} yet")
-    return FileResponse(path, media_type="text/html")
+        raise HTTPException(404, f"no {name} for submission {sub_id} {stage} yet")
+    return FileResponse(path, media_type="text/html" if name.endswith(".html") else "image/svg+xml")
 
 
 @router.get("/teams/{name}", response_class=HTMLResponse)
