@@ -193,7 +193,8 @@ def test_ternary_round_end_to_end(tmp_path, data_root, preset_text) -> None:
     from trojanscope.rounds.zoo import make_zoo
 
     path = tmp_path / "tiny-dynasent.toml"
-    path.write_text(preset_text("dynasent-cpu"))
+    path.write_text(preset_text("dynasent-cpu", **{  # the shipped version: a fixed budget, shrunk to 2 epochs
+        r"max_epochs = \d+": None, r"min_epochs = \d+": None, r"epochs = \[[^\]]*\]": "epochs = [2]"}))
     out = tmp_path / "zoo"
     make_zoo(path, "test", 2, out, data_root=data_root, cache_path=tmp_path / "c.sqlite", progress=False)
     meta = pd.read_csv(out / "METADATA.csv")
