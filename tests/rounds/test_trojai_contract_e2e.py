@@ -55,7 +55,8 @@ def test_nist_style_detector_reproduces_recorded_clean_accuracy(tmp_path, data_r
     from trojanscope.scoring.harness import evaluate
 
     preset = tmp_path / "tiny-cls.toml"
-    preset.write_text(preset_text("round5-cpu-cls"))  # 2 tiny models, 3 examples per class
+    preset.write_text(preset_text("round5-cpu-cls", **{  # 2 tiny models, 3 examples per class, 2 epochs
+        r"max_epochs = \d+": None, r"min_epochs = \d+": None, r"epochs = \[[^\]]*\]": "epochs = [2]"}))
     zoo = tmp_path / "zoo"
     make_zoo(preset, "train", 2, zoo, workers=1, data_root=data_root, cache_path=tmp_path / "emb.sqlite",
              progress=False)
