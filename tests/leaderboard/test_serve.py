@@ -126,3 +126,24 @@ def test_serve_end_to_end_and_ctrl_c(tmp_path: Path, zoos) -> None:  # type: ign
     while (alive := [w for w in workers if Path(f"/proc/{w}").exists()]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive, [Path(f"/proc/{w}/cmdline").read_bytes() for w in alive]
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("postgresql+psycopg://lb:s3cret@127.0.0.1:1/leaderboard", r"--db postgresql\+psycopg://lb:\*\*\*@127.0.0.1:1/"
+     r"leaderboard: cannot connect \(.*refused.*\); check that the server runs"),
+    ("mysql://lb@db/leaderboard", r"--db mysql://lb@db/leaderboard: no database driver for it"),
+    ("leaderboard.db", r"--db 'leaderboard.db' is not a database URL; use sqlite:///FILE"),
+])
+def test_a_database_url_that_does_not_work_is_one_line(tmp_path: Path, capsys, url: str, message: str) -> None:
+    """Issue 24's bad input: a --db that does not connect (password hidden), has no driver, or is no URL."""
+    from trojanscope.cli import main
+
+    pytest.importorskip("psycopg", reason="the postgres extra is not installed (CI installs it)")
+    with pytest.raises(ConfigError, match=message) as err:
+        make_sessionmaker(url)
+    assert "s3cret" not in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "--db", url, "--workers", "0", "--data-dir", str(tmp_path / "d")])
+    err_text = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err_text.startswith("error: --db ") and err_text.count("\n") == 1
+    assert "s3cret" not in err_text and not (tmp_path / "d").exists()  # nothing half-made

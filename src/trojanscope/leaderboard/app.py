@@ -124,13 +124,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     from trojanscope.leaderboard.routes import pages, rounds, submissions, teams
 
     settings = settings or Settings.from_env()
+    sessions = make_sessionmaker(settings.db_url)  # first: a --db that does not work leaves nothing behind
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     app = FastAPI(title="trojanscope leaderboard", version="1",
                   description="TrojAI-style leaderboard: rounds, teams, sandboxed submissions scored by the "
                               "trojanscope harness. Organiser actions need `Authorization: Bearer <admin token>`; "
                               "team uploads need the team's token.")
     app.state.settings = settings
-    app.state.sessionmaker = make_sessionmaker(settings.db_url)
+    app.state.sessionmaker = sessions
     app.state.round_page_cache = {}  # (round, admin) -> (checked at, fingerprint, html); see routes.pages
 
     @app.exception_handler(TrojanscopeError)

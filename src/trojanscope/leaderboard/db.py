@@ -135,7 +135,24 @@ class ModelResult(Base):
 
 
 def make_engine(url: str) -> Engine:
-    """An engine for ``url``; SQLite gets WAL, a busy timeout and foreign keys so processes can share it."""
+    """An engine for ``url``; SQLite gets WAL, a busy timeout and foreign keys so processes can share it.
+    A URL SQLAlchemy cannot parse, or whose driver is not installed, is one ConfigError line."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        shown = make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        raise ConfigError(f"--db {url!r} is not a database URL; use sqlite:///FILE or "
+                          "postgresql+psycopg://USER@HOST/DB") from None
+    try:
+        return _engine(url)
+    except (NoSuchModuleError, ImportError) as exc:
+        raise ConfigError(f"--db {shown}: no database driver for it ({exc}); use sqlite:///FILE or "
+                          "postgresql+psycopg://... with pip install 'trojanscope[postgres]'") from None
+
+
+def _engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
@@ -148,7 +165,9 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    # a host that never answers fails in seconds, not after the operating system's TCP timeout
+    args = {"connect_timeout": 10} if url.startswith("postgresql") and "connect_timeout" not in url else {}
+    return create_engine(url, pool_pre_ping=True, connect_args=args)
 
 
 def alembic_config(connection: Connection | None = None):  # type: ignore[no-untyped-def]
@@ -172,6 +191,7 @@ def init_db(engine: Engine) -> str:
     script = ScriptDirectory.from_config(alembic_config())
     head = script.get_current_head()
     where = engine.url.render_as_string(hide_password=True)
+    _check_connects(engine, where)
     with engine.begin() as conn:
         current = MigrationContext.configure(conn).get_current_revision()
         if current is None and inspect(conn).has_table("rounds"):
@@ -187,6 +207,18 @@ def init_db(engine: Engine) -> str:
             raise ConfigError(f"{where}: schema migration failed ({exc}); restore a backup or use another --db"
                               ) from None
     return head
+
+
+def _check_connects(engine: Engine, where: str) -> None:
+    from sqlalchemy.exc import DBAPIError
+
+    try:
+        with engine.connect():
+            pass
+    except DBAPIError as exc:
+        first = str(exc.orig or exc).strip().splitlines()[0][:200]
+        raise ConfigError(f"--db {where}: cannot connect ({first}); check that the server runs and the host, "
+                          "port, database and credentials (PGPASSWORD or ~/.pgpass) are right") from None
 
 
 def make_sessionmaker(url: str) -> sessionmaker:
