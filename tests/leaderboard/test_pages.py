@@ -85,3 +85,37 @@ def test_pages_escape_submitted_text(client, setup_round) -> None:  # type: igno
     sub = upload(client, tokens["alpha"], submission_bytes(command="python detector.py '<script>alert(1)</script>'"))
     page = client.get(f"/submissions/{sub.json()['id']}").text
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_lineage_page_shows_the_chain_with_each_rounds_best(client, setup_round, zoos, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 23.3: round 2 was harvested against a detector on round 1; its lineage page lists both rounds,
+    what round 2 was built against with that detector's scores on it, and round 1's best leaderboard entry."""
+    import json
+
+    from .helpers import make_zoo, round_body
+
+    tokens = setup_round(("alpha",))
+    a = upload(client, tokens["alpha"], submission_bytes()).json()["id"]
+    _score(client, a, "test", 0.3)
+    r2_test = make_zoo(tmp_path / "r2-test", 4, seed=5, reduced=True)
+    (r2_test / "lineage.json").write_text(json.dumps({
+        "preset": "round5-cpu-evasive", "detector": "default", "params_sha256": "ab" * 32, "kept": 4, "fooled": 3,
+        "detector_on_round": {"cross_entropy": 0.9123, "roc_auc": 0.5512}, "parent": {"path": str(zoos["test"])}}))
+    body = round_body({"train": make_zoo(tmp_path / "r2-train", 4, seed=6), "test": r2_test,
+                       "holdout": make_zoo(tmp_path / "r2-holdout", 2, seed=7, reduced=True)}, name="r2")
+    assert client.post("/api/rounds", json=body, headers=admin()).status_code == 201
+    page = client.get("/rounds/r2/lineage")
+    assert page.status_code == 200
+    rows = page.text.split('<table id="lineage">')[1].split("<tr>")[2:]
+    assert len(rows) == 2, rows
+    assert "r2" in rows[0] and "default" in rows[0] and "abababababab" in rows[0] and "0.9123" in rows[0]
+    assert "r1" in rows[1] and "not harvested" in rows[1] and "alpha" in rows[1] and "0.3000" in rows[1]
+    assert str(zoos["test"]) not in page.text  # sequestered folders stay private
+    assert '/rounds/r1/lineage"' in client.get("/rounds/r1").text
+    # a chain whose parent round is gone: the page says which and how to fix it, in one line
+    gone = tmp_path / "gone"
+    (r2_test / "lineage.json").write_text(json.dumps({"detector": "default", "parent": {"path": str(gone)}}))
+    broken = client.get("/rounds/r2/lineage", headers=admin()).text
+    assert f"{gone}: round in the chain is missing" in broken and 'id="error"' in broken
+    public = client.get("/rounds/r2/lineage").text
+    assert "cannot be read" in public and str(gone) not in public

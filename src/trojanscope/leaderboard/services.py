@@ -364,3 +364,25 @@ def round_view(s: Session, rnd: Round) -> dict[str, Any]:
             "submission_time_limit_s": rnd.submission_time_limit_s, "smoke_time_limit_s": rnd.smoke_time_limit_s,
             "opened_at": rnd.opened_at, "closed_at": rnd.closed_at, "has_holdout": rnd.holdout_dir is not None,
             "submissions": counts}
+
+
+def lineage_view(s: Session, rnd: Round) -> list[dict[str, Any]]:
+    """The chain of rounds ``rnd``'s test split was harvested from, newest first: for each, what it was built
+    against (the loop detector, its parameter hash, kept/fooled, its CE/AUC on the round it let through) and,
+    when the round is registered here, its leaderboard's best test CE/AUC (DynaSent's table per round)."""
+    from trojanscope.dynamic.harvest import lineage_chain
+
+    by_dir = {str(Path(r.test_dir).resolve()): r for r in s.scalars(select(Round))}
+    rows = []
+    for link in lineage_chain(rnd.test_dir):
+        here = by_dir.get(link["path"])
+        best = leaderboard(s, here, include_holdout=False)[:1] if here is not None else []
+        on = link.get("detector_on_round") or {}
+        rows.append({"round": here.name if here is not None else None, "preset": link.get("preset"),
+                     "detector": link.get("detector"), "params_sha256": (link.get("params_sha256") or "")[:12],
+                     "kept": link.get("kept"), "fooled": link.get("fooled"),
+                     "loop_cross_entropy": on.get("cross_entropy"), "loop_roc_auc": on.get("roc_auc"),
+                     "best_team": best[0]["team"] if best else None,
+                     "best_cross_entropy": best[0]["cross_entropy"] if best else None,
+                     "best_roc_auc": best[0]["roc_auc"] if best else None})
+    return rows

@@ -88,6 +88,18 @@ async def round_page(name: str, request: Request, admin: AdminFlag) -> HTMLRespo
     return await run_in_threadpool(_round_page_fresh, request, name, admin)
 
 
+@router.get("/rounds/{name}/lineage", response_class=HTMLResponse)
+def lineage_page(name: str, request: Request, s: SessionDep, admin: AdminFlag) -> HTMLResponse:
+    """The chain of rounds this round was built from (``trojanscope zoo harvest``), newest first."""
+    rnd = services.get_round(s, name)
+    try:
+        rows, error = services.lineage_view(s, rnd), None
+    except TrojanscopeError as exc:  # a broken chain (missing parent round, bad lineage.json): say so on the page,
+        # with the server's folder names for organisers only (they can name sequestered splits)
+        rows, error = [], str(exc) if admin else "the round's lineage cannot be read; the organisers can see why"
+    return _render(request, "lineage.html", round=rnd, rows=rows, error=error)
+
+
 @router.post("/rounds/{name}/submissions")
 def submit_form(name: str, request: Request, s: SessionDep, settings: SettingsDep, admin: AdminFlag,
                 file: Annotated[UploadFile, File()], token: Annotated[str, Form()] = "") -> Response:
