@@ -230,9 +230,12 @@ class MetaDetector(Detector):
 
             other = self.fallback.get(detector_modality(inputs).name)
             if other is not None and other != self.name:
-                from trojanscope.detectors import DETECTORS
+                loaded = self.__dict__.setdefault("fallbacks_", {})  # once per detector, not once per model
+                if other not in loaded:
+                    from trojanscope.detectors import DETECTORS
 
-                return DETECTORS.get(other).default().score(inputs)
+                    loaded[other] = DETECTORS.get(other).default()
+                return loaded[other].score(inputs)
         clf = self._check_fitted()
         self._check_modality(inputs)
         from trojanscope.detectors import domain

@@ -143,7 +143,8 @@ def harvest(
     df = df[df.apply(validate, axis=1)]
     df["poisoned"] = df["poisoned"].astype(str).str.lower().eq("true")
     if natural_trojan_check:
-        df = df[~df["model_name"].isin(_natural_trojans(spec, df[~df["poisoned"]], cand_dir))]
+        natural = _natural_trojans(spec, df[~df["poisoned"]], cand_dir, cache_path)
+        df = df[~df["model_name"].isin(natural)]
     trojaned = df[df["poisoned"]].sort_values(["probability", "model_name"], ascending=[True, True])
     clean = df[~df["poisoned"]].sort_values(["probability", "model_name"], ascending=[False, True])
     if len(trojaned) < n_trojaned or len(clean) < count - n_trojaned:
@@ -188,15 +189,19 @@ def harvest(
     return HarvestResult(out=out, generated=len(meta), kept=kept[cols].reset_index(drop=True), lineage=lineage)
 
 
-def _natural_trojans(spec: Any, clean: pd.DataFrame, cand_dir: Path) -> set[str]:
+def _natural_trojans(spec: Any, clean: pd.DataFrame, cand_dir: Path, cache_path: Path | str | None) -> set[str]:
     """Clean candidates that some trigger of the round's pools (text) or a one-colour square (image) flips
     like a trojaned model (the audit's natural-trojan check, same bar): DynaSent validated every harvested
-    example; a "clean" model that already has a trojan is not kept as clean."""
+    example; a "clean" model that already has a trojan is not kept as clean. Vectors go through the
+    embedding cache, so a resumed harvest does not encode them again."""
+    from trojanscope.encoders import EmbeddingCache
     from trojanscope.rounds.audit import natural_trojans
 
     if clean.empty:
         return set()
-    found = natural_trojans(spec, clean.reset_index(drop=True), [cand_dir / "models" / n for n in clean["model_name"]])
+    cache = EmbeddingCache(cache_path) if cache_path else EmbeddingCache()
+    found = natural_trojans(spec, clean.reset_index(drop=True), [cand_dir / "models" / n for n in clean["model_name"]],
+                            cache=cache)
     bar = max(found["bar"], 0.5)  # a flip of at least half the examples, even where a preset's bar is lower
     return {m["model"] for m in found["models"] if m["flip_rate"] >= bar}
 

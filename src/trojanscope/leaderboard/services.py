@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
 import re
 import shutil
@@ -244,13 +243,10 @@ def create_submission(s: Session, settings: Settings, rnd: Round, team: Team, up
         archive.safe_extract(upload, staging / "files", max_files=settings.max_files,
                              max_bytes=settings.max_extracted_bytes)
         manifest = archive.load_manifest(staging / "files")
-        digest = hashlib.sha256()
-        with upload.open("rb") as fh:
-            while chunk := fh.read(1 << 20):
-                digest.update(chunk)
+        digest = file_sha256(upload)
         shutil.copyfile(upload, staging / ("upload.zip" if archive.archive_kind(upload) == "zip" else "upload.tar.gz"))
         sub = Submission(round_id=rnd.id, team_id=team.id, filename=_clean_filename(filename),
-                         size_bytes=upload.stat().st_size, sha256=digest.hexdigest(), command=manifest.command)
+                         size_bytes=upload.stat().st_size, sha256=digest, command=manifest.command)
         s.add(sub)
         s.flush()
         _check_rate(s, settings, team, including_new=True)  # under the write lock: concurrent uploads count too
@@ -372,9 +368,11 @@ def lineage_view(s: Session, rnd: Round) -> list[dict[str, Any]]:
     when the round is registered here, its leaderboard's best test CE/AUC (DynaSent's table per round)."""
     from trojanscope.dynamic.harvest import lineage_chain
 
-    by_dir = {str(Path(r.test_dir).resolve()): r for r in s.scalars(select(Round))}
+    chain = lineage_chain(rnd.test_dir)
+    # registration stores resolved folders, and the chain's paths are resolved: match them in the query
+    by_dir = {r.test_dir: r for r in s.scalars(select(Round).where(Round.test_dir.in_([c["path"] for c in chain])))}
     rows = []
-    for link in lineage_chain(rnd.test_dir):
+    for link in chain:
         here = by_dir.get(link["path"])
         best = leaderboard(s, here, include_holdout=False)[:1] if here is not None else []
         on = link.get("detector_on_round") or {}

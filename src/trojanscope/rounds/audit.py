@@ -303,11 +303,13 @@ def natural_triggers(
         texts = sorted({t for ts in placed.values() for t in ts} | {t for ts in by_class.values() for t in ts})
         lookup = dict(zip(texts, encode_cached(enc, texts, cache), strict=True))
         best = {"model": d.name, "flip_rate": 0.0, "trigger": None, "behavior": None, "baseline": 0.0}
+        base_of = {c: predict_logits(head, np.stack([lookup[t] for t in ts])).argmax(1)  # once per class
+                   for c, ts in by_class.items() if ts}
         for (c, i), ts in placed.items():
             if not ts:
                 continue
             pred = predict_logits(head, np.stack([lookup[t] for t in ts])).argmax(1)
-            base = predict_logits(head, np.stack([lookup[t] for t in by_class[c]])).argmax(1)
+            base = base_of[c]
             for target in range(preset.n_classes):
                 if target == c:
                     continue
