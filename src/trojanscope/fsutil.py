@@ -38,8 +38,13 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
 
 
 def file_sha256(path: Path | str) -> str:
-    """Hex sha256 of a file's bytes (run records and caches use it to tell a rewritten file from the old one)."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """Hex sha256 of a file's bytes, read in 1 MiB chunks so a large archive never sits in memory whole
+    (run records and caches use it to tell a rewritten file from the old one)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def atomic_write_text(path: Path | str, text: str) -> None:

@@ -9,7 +9,6 @@ archive is checked against the server's size and sha256, then unpacked with tarf
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tarfile
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 import httpx
 
 from trojanscope.errors import ConfigError, DataError
-from trojanscope.fsutil import atomic_dir, atomic_write_json
+from trojanscope.fsutil import atomic_dir, atomic_write_json, file_sha256
 
 CHUNK = 1 << 20
 
@@ -109,13 +108,10 @@ def _fetch(http: httpx.Client, url: str, headers: dict[str, str], part: Path, st
 def _verify(part: Path, meta: Path, size: int, sha256: str) -> None:
     got = part.stat().st_size if part.is_file() else 0
     if got == size:
-        digest = hashlib.sha256()
-        with part.open("rb") as fh:
-            while chunk := fh.read(CHUNK):
-                digest.update(chunk)
-        if digest.hexdigest() == sha256:
+        digest = file_sha256(part)
+        if digest == sha256:
             return
-        problem = f"sha256 {digest.hexdigest()[:16]}... is not the server's {sha256[:16]}..."
+        problem = f"sha256 {digest[:16]}... is not the server's {sha256[:16]}..."
     else:
         problem = f"{got} bytes instead of {size}"
     part.unlink(missing_ok=True)
