@@ -24,7 +24,6 @@ import argparse
 import os
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -53,27 +52,17 @@ def harness_scores(zoo: Path, out: Path, workers: int) -> dict:
     return evaluate(zoo, out, detector="default", workers=workers, progress=False).scores
 
 
-def file_shortcut_auc(zoo: Path, df: pd.DataFrame) -> float:
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import StratifiedKFold, cross_val_predict
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
+FILE_FACTS = ["file_size", "parameter_count", "architecture", "epochs_trained", "training_time"]
 
-    from trojanscope.scoring.metrics import roc_auc_score
 
-    rows = []
-    for _, r in df.iterrows():
-        pt = zoo / "models" / r["model_name"] / "model.pt"
-        rows.append({"size": pt.stat().st_size, "epochs": r["epochs_trained"], "time": r["training_wall_time_sec"],
-                     "arch": hash(r["model_architecture"]) % 1000})
-    x = pd.DataFrame(rows).to_numpy(float)
-    y = df["poisoned"].astype(int).to_numpy()
-    folds = min(5, int(np.bincount(y).min()))
-    if folds < 2:
-        return float("nan")
-    clf = make_pipeline(StandardScaler(), LogisticRegression())
-    p = cross_val_predict(clf, x, y, cv=StratifiedKFold(folds, shuffle=True, random_state=0), method="predict_proba")
-    return roc_auc_score(y, p[:, 1])
+def file_shortcut_auc(zoo: Path) -> float:
+    """The audit's all-facts shortcut AUC (`trojanscope zoo audit`) over the file-level facts only."""
+    from trojanscope.rounds.audit import load_zoo, model_facts, shortcut_aucs
+
+    _, df, dirs = load_zoo(zoo)
+    y = df["poisoned"].astype(bool).to_numpy().astype(int)
+    auc = shortcut_aucs(model_facts(df, dirs)[FILE_FACTS], y, folds=5, n_boot=0, seed=0)[-1]["auc"]
+    return float("nan") if auc is None else auc
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -113,8 +102,8 @@ def main(argv: list[str] | None = None) -> None:
             detection.main(["--train", str(args.train), "--test", str(zoo), "--out", str(args.out / f"det-{name}"),
                             "--workers", str(args.workers), "--no-harness"])
 
-    print(f"\nfile-level shortcut AUC on the evasive zoo (size, epochs, time, architecture; goal <= 0.60): "
-          f"{file_shortcut_auc(args.evasive, evasive):.3f}")
+    print(f"\nfile-level shortcut AUC on the evasive zoo ({', '.join(FILE_FACTS)}; goal <= 0.60): "
+          f"{file_shortcut_auc(args.evasive):.3f}")
 
 
 if __name__ == "__main__":

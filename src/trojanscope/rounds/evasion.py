@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
@@ -92,10 +91,3 @@ def regulariser(
         return total
 
     return term
-
-
-def parameter_gap(model: nn.Module, reference: nn.Module) -> float:
-    """Root-mean-square parameter distance between two heads of one shape (recorded in the model's stats)."""
-    sq = sum(float(((p - r) ** 2).sum()) for p, r in zip(model.parameters(), reference.parameters(), strict=True))
-    n = sum(p.numel() for p in model.parameters())
-    return float(np.sqrt(sq / max(n, 1)))
