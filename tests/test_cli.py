@@ -68,3 +68,4 @@ def test_corpora_lists_the_image_sets_too(data_root: Path) -> None:
     signs = len(list((data_root / "signs" / "nist_synthetic").glob("*.png")))
     scenes = sum(1 for p in (data_root / "backgrounds").rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
     assert f"total {signs} signs" in out and f"total {scenes} images" in out, out
+

@@ -28,7 +28,16 @@ def data_root(explicit: Path | str | None = None) -> Path:
 
 
 def cache_dir(explicit: Path | str | None = None) -> Path:
+    """The cache folder (created if missing), or a one-line error if the path names something else."""
     root = explicit or os.environ.get("TROJANSCOPE_CACHE") or Path.home() / ".cache" / "trojanscope"
     path = Path(root).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
+    if path.exists() and not path.is_dir():
+        where = "the path given" if explicit else "TROJANSCOPE_CACHE"
+        raise DataError(f"{path}: not a folder; {where} names the cache folder (the embedding cache is "
+                        f"embeddings.sqlite inside it), e.g. {path.parent}")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot create the cache folder ({exc.strerror}); set TROJANSCOPE_CACHE to a "
+                        "writable folder") from None
     return path

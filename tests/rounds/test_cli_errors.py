@@ -57,3 +57,19 @@ def test_unwritable_output(tmp_path) -> None:
         str(tmp_path),
     )
     assert proc.returncode != 0 and "not writable" in proc.stderr
+
+
+def test_a_cache_path_that_is_a_file(tmp_path, data_root) -> None:
+    # TROJANSCOPE_CACHE names the folder; pointing it at the SQLite file itself is an easy slip
+    import os
+
+    db = tmp_path / "embeddings.sqlite"
+    db.write_bytes(b"")
+    out = tmp_path / "zoo"
+    proc = run("zoo", "make", "--preset", "round5-cpu", "--count", "1", "--out", str(out),
+               "--data-root", str(data_root), env={**os.environ, "TROJANSCOPE_CACHE": str(db)})
+    assert proc.returncode != 0
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert str(db) in lines[0] and "not a folder" in lines[0]
+    assert not list(out.glob("models/id-*"))
