@@ -101,3 +101,21 @@ def test_fit_on_ray_gives_the_same_parameters_as_the_local_pool(strong_zoo, tmp_
     fit_on_zoo(strong_zoo, "weights", tmp_path / "ray.json", workers=2, executor="ray")
     local, ray = (json.loads((tmp_path / f"{k}.json").read_text()) for k in ("local", "ray"))
     assert ray["classifier"] == local["classifier"]
+
+
+def test_fit_on_several_zoos_is_one_set_with_their_union_domain(strong_zoo, mixed_zoo, tmp_path):
+    from typer.testing import CliRunner
+
+    from trojanscope.cli import build_app
+
+    out = tmp_path / "union.json"
+    res = CliRunner().invoke(build_app(), ["detect", "fit", "--zoo", str(strong_zoo), "--zoo", str(mixed_zoo),
+                                           "--detector", "weights", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    n_each = len(list_model_dirs(strong_zoo)), len(list_model_dirs(mixed_zoo))
+    assert f"on {sum(n_each)} models" in res.output
+    trained = json.loads(out.read_text())["trained_on"]
+    assert trained["n_models"] == sum(n_each)
+    assert trained["zoo"] == [str(strong_zoo), str(mixed_zoo)]
+    assert trained["command"].count("--zoo") == 2
+    assert trained["domain"]["n_classes"] == [2, 3]  # the odd 3-class head of the second zoo is in the fit

@@ -100,13 +100,16 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
                     "shipped default parameters are reproduced by:\n\n"
                     "  trojanscope detect fit --zoo /tmp/zoos/r5-train --detector default "
                     "--out src/trojanscope/detectors/params/default.json\n\n"
+                    "--zoo may be repeated: the models of every zoo are fitted as one set.\n\n"
                     "Parameters are JSON: a pickle or joblib file would run code when loaded.")
     def fit(
-        zoo_dir: Path = typer.Option(..., "--zoo", help="Training zoo with ground_truth.csv per model."),
+        zoo_dir: list[Path] = typer.Option(..., "--zoo", help="Training zoo with ground_truth.csv per model; "
+                                           "repeat to fit on several zoos as one set (e.g. one per preset)."),
         detector: str = typer.Option("default", "--detector", help="Registered detector to fit."),
         out: Path = typer.Option(None, "--out", help="Output JSON (default params/NAME.json)."),
         workers: int = typer.Option(1, "--workers", min=1, help="Processes computing features in parallel."),
-        limit: int = typer.Option(None, "--limit", min=2, help="Use only the first N models (quick runs)."),
+        limit: int = typer.Option(None, "--limit", min=2, help="Use only the first N models of each zoo "
+                                  "(quick runs)."),
         executor: str = typer.Option("local", "--executor", help="local (processes here) or ray (Ray tasks on a "
                                      "fresh local cluster or RAY_ADDRESS; the zoo must be at the same path on every "
                                      "node; docs/cluster.md)."),

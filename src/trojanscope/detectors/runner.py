@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,10 +111,11 @@ def zoo_inputs(zoo: Path | str, limit: int | None = None) -> tuple[list[ModelInp
     return models, labels
 
 
-def fit_on_zoo(zoo: Path | str, detector: str, out: Path | str, *, workers: int = 1, limit: int | None = None,
-               command: str | None = None, executor: str = "local"):
-    """Fit ``detector`` on every labelled model of ``zoo`` and save its JSON parameters to ``out``
-    (``command``, recorded as provenance, defaults to the equivalent ``trojanscope detect fit``)."""
+def fit_on_zoo(zoo: Path | str | Sequence[Path | str], detector: str, out: Path | str, *, workers: int = 1,
+               limit: int | None = None, command: str | None = None, executor: str = "local"):
+    """Fit ``detector`` on every labelled model of ``zoo`` (one zoo, or several fitted as one set: the union of
+    presets a shipped detector should cover) and save its JSON parameters to ``out`` (``command``, recorded as
+    provenance, defaults to the equivalent ``trojanscope detect fit``). ``limit`` applies per zoo."""
     from trojanscope.detectors import DETECTORS
     from trojanscope.detectors.learned import MetaDetector
 
@@ -121,12 +123,20 @@ def fit_on_zoo(zoo: Path | str, detector: str, out: Path | str, *, workers: int 
     if not (isinstance(cls, type) and issubclass(cls, MetaDetector)):
         raise ConfigError(f"detector {detector!r} has nothing to fit; learned detectors: "
                           + ", ".join(n for n in DETECTORS.names() if _is_learned(n)))
-    models, labels = zoo_inputs(zoo, limit)
+    zoos = [zoo] if isinstance(zoo, (str, Path)) else list(zoo)
+    if not zoos:
+        raise ConfigError("no training zoo given; pass --zoo ZOO (repeat it to fit on several)")
     if executor not in ("local", "ray"):
         raise ConfigError(f"--executor must be local or ray, got {executor!r}")
+    models, labels = [], []
+    for z in zoos:
+        m, y = zoo_inputs(z, limit)
+        models += m
+        labels += y
     det = cls(workers=workers, executor=executor).fit(models, labels)
-    det.save(out, zoo=str(zoo),
-             command=command or f"trojanscope detect fit --zoo {zoo} --detector {detector} --out {out}")
+    zoo_args = " ".join(f"--zoo {z}" for z in zoos)
+    det.save(out, zoo=str(zoos[0]) if len(zoos) == 1 else [str(z) for z in zoos],
+             command=command or f"trojanscope detect fit {zoo_args} --detector {detector} --out {out}")
     return det, len(models)
 
 
