@@ -6,7 +6,8 @@
 Per zoo: preset and version, models (poisoned), the all-facts shortcut AUC with its bootstrap 95% interval
 (0.5 = no leak; the issue's target is <= 0.60), the strongest single fact, the smallest factor chi-square
 p-value against the design, the natural-trojan rate of clean models (text rounds) and the converged rate.
-Each audit is also written to ZOO/audit.json; --reuse prints a saved one instead of recomputing it.
+Each audit is also written to ZOO/audit.json; --reuse prints a saved one instead of recomputing it, if the
+zoo has not changed since.
 At a few dozen models the intervals are wide (about +-0.15 at n = 20): read the interval, not the point.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trojanscope.rounds.audit import audit_zoo, read_audit
+from trojanscope.rounds.audit import audit_is_current, audit_zoo, read_audit
 
 
 def _row(a: dict) -> str:
@@ -45,7 +46,7 @@ def main() -> None:
           f"{'lowest-p factor':>28s} p      natural  converged")  # fmt: skip
     for zoo in args.zoos:
         audit = read_audit(zoo) if args.reuse else None
-        if audit is None:
+        if audit is None or not audit_is_current(audit, zoo):  # a zoo grown since its audit is audited again
             audit = audit_zoo(zoo, n_boot=args.bootstrap, natural=not args.no_natural)
         print(f"{_row(audit)}  {zoo}")
 

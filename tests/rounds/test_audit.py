@@ -15,6 +15,7 @@ from trojanscope.errors import LayoutError
 from trojanscope.rounds.audit import (
     AUDIT_FILE,
     FACTS,
+    audit_is_current,
     audit_zoo,
     converged_rates,
     cv_auc,
@@ -99,6 +100,12 @@ def test_audit_of_a_tiny_zoo(tiny_zoo, tmp_path) -> None:
     assert nat["flipping_models"] == 2 and all(m["trigger"] for m in nat["models"])
     proc = _cli("zoo", "inspect", str(zoo))
     assert proc.returncode == 0 and "shortcut AUC" in proc.stdout and "natural trojans" in proc.stdout
+    # the zoo changes after its audit (grown, resumed, a model replaced): inspect says so, not the old tables
+    meta = zoo / "METADATA.csv"
+    meta.write_text(meta.read_text() + meta.read_text().splitlines()[-1] + "\n")
+    assert not audit_is_current(saved, zoo)
+    proc = _cli("zoo", "inspect", str(zoo))
+    assert "shortcut AUC" not in proc.stdout and "earlier state of this zoo" in proc.stdout
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

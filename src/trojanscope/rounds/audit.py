@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from trojanscope.errors import ConfigError, LayoutError
-from trojanscope.fsutil import atomic_write_text
+from trojanscope.fsutil import atomic_write_text, file_sha256
 from trojanscope.models.layout import find_examples_dir, list_model_dirs, read_config, read_examples, read_metadata
 from trojanscope.rounds.preset import AnyPreset, ImagePreset, Preset, load_preset
 
@@ -446,6 +446,7 @@ def audit_zoo(
         "preset_version": preset.version,
         "models": len(df),
         "poisoned": int(y.sum()),
+        "metadata_sha256": file_sha256(zoo / "METADATA.csv"),  # which release this audit describes
         "shortcut": {
             "classifier": "standardised logistic regression, stratified k-fold, out-of-fold ROC AUC",
             "bootstrap": n_boot,
@@ -480,6 +481,17 @@ def read_audit(zoo: Path | str) -> dict[str, Any] | None:
         return json.loads(path.read_text())
     except json.JSONDecodeError:
         raise LayoutError(f"{path}: not valid JSON; re-run `trojanscope zoo audit {zoo}`") from None
+
+
+def audit_is_current(audit: dict[str, Any], zoo: Path | str) -> bool:
+    """Whether ``audit`` describes the zoo as it is now: a zoo grown, resumed or with models replaced since has a
+    different METADATA.csv (audits written before the hash was recorded are compared by model count)."""
+    meta = Path(zoo) / "METADATA.csv"
+    if not meta.is_file():
+        return False
+    if "metadata_sha256" in audit:
+        return audit["metadata_sha256"] == file_sha256(meta)
+    return audit.get("models") == len(read_metadata(zoo))
 
 
 def _fmt(v: float | None) -> str:
