@@ -4,6 +4,7 @@ Adding a family takes its module plus one :func:`register_family` call below, wh
 detector of the same name; combinations of families are listed in ``detectors/detectors.toml``.
 
 - ``weights``: permutation-invariant statistics of the head's weights.
+- ``weight-ratios``: the same layers described without absolute scale or size (shape- and training-length-free).
 - ``inversion``: the smallest universal summary-space perturbation that flips each source class to each target.
 - ``probes``: the head on structured queries (single-dimension sweeps, principal/random directions, Jacobians).
 - ``subspace``: budgets of successive mutually orthogonal universal flips (a second route to the target).
@@ -63,6 +64,8 @@ def register_family(name: str, family: type[FeatureFamily] | str, *, modality: s
 
 register_family("weights", "trojanscope.detectors.features.weights:WeightStats",
                 help="Norms and spectra of the head's input, bias and output weights (no queries).")
+register_family("weight-ratios", "trojanscope.detectors.features.weight_ratios:WeightRatios",
+                help="Scale-free spectra and outlier ratios of the head's input matrix and output layer.")
 register_family("inversion", "trojanscope.detectors.features.inversion:SummaryInversion",
                 help="Smallest universal summary-space perturbation flipping each source class to each target.")
 register_family("probes", "trojanscope.detectors.features.probes:QueryProbes",
