@@ -119,7 +119,10 @@ def test_harvest_next_builds_round_n_plus_1_with_the_top_submission_in_the_jail(
     rows = page.text.split('<table id="lineage">')[1].split("<tr>")[2:]
     assert len(rows) == 2 and "r2" in rows[0] and "alpha" in rows[0] and "r1" in rows[1]
     listed = client.get("/api/rounds/r1/harvest-next", headers=admin()).json()
-    assert [h["name"] for h in listed] == ["r2"] and listed[0]["scores"]["test"]["kept"] == 2
+    assert [h["name"] for h in listed] == ["r2"] and listed[0]["scores"]["splits"]["test"]["kept"] == 2
+    assert listed[0]["scores"]["n_models"] == listed[0]["scores"]["n_ok"] == 2 + 4
+    shown = client.get(f"/submissions/{top['submission_id']}").text  # the stage shows on the submission's page
+    assert "<td>harvest</td>" in shown and "Per-model results: harvest" not in shown
 
 
 def test_bad_harvest_requests_are_one_line_and_store_nothing(client, settings, setup_round, zoos) -> None:  # type: ignore[no-untyped-def]

@@ -135,7 +135,7 @@ def run_harvest_job(worker: Worker, job_id: int) -> None:
     import fcntl
 
     from trojanscope.dynamic.harvest import LINEAGE_FILE, harvest, read_lineage
-    from trojanscope.leaderboard.worker import LEARNED_DIR
+    from trojanscope.leaderboard.worker import LEARNED_DIR, read_results
 
     with worker.Session() as s:
         hv = s.scalar(select(Harvest).where(Harvest.job_id == job_id))
@@ -179,7 +179,9 @@ def run_harvest_job(worker: Worker, job_id: int) -> None:
                         candidates=spec["candidates"].get(split), candidates_dir=job_dir / split / "candidates",
                         parent=parent, threshold=spec["threshold"], progress=False)
             lineages[split] = read_lineage(out)
-    _register(worker, job_id, new_round, {split: round_dir / split for split in sizes}, lineages)
+    answered = sum(r["status"] == "ok" for split in sizes
+                   for r in read_results(job_dir / split / "out" / "results.csv").values())
+    _register(worker, job_id, new_round, {split: round_dir / split for split in sizes}, lineages, answered)
 
 
 def _score_pool(worker: Worker, job_id: int, command: str, cand_dir: Path, split_dir: Path, *,
@@ -211,12 +213,15 @@ def _score_pool(worker: Worker, job_id: int, command: str, cand_dir: Path, split
 
 
 def _register(worker: Worker, job_id: int, new_round: dict[str, Any], splits: dict[str, Path],
-              lineages: dict[str, dict[str, Any]]) -> None:
+              lineages: dict[str, dict[str, Any]], answered: int) -> None:
     """Register the built round and finish the job in one transaction (only while this worker owns it)."""
     body = RoundIn(**new_round, **{split: path for split, path in splits.items()})
-    scores = {split: {k: lin.get(k) for k in ("candidates", "validated", "kept", "fooled", "harvest_yield",
-                                              "detector_on_candidates", "detector_on_round")}
-              for split, lin in lineages.items()}
+    per_split = {split: {k: lin.get(k) for k in ("candidates", "validated", "kept", "fooled", "harvest_yield",
+                                                 "detector_on_candidates", "detector_on_round")}
+                 for split, lin in lineages.items()}
+    # n_models/n_ok as the other stages report them (the submission page's columns), then each split's record
+    scores = {"n_models": sum(v["candidates"] or 0 for v in per_split.values()), "n_ok": answered,
+              "splits": per_split}
     with worker.Session() as s:
         job = s.get(Job, job_id)
         if job.status != "running" or job.worker_id != worker.worker_id:
