@@ -77,7 +77,7 @@ def test_harvest_keeps_what_fools_the_detector_and_records_it(tmp_path, preset_t
 
 
 @pytest.mark.slow
-def test_harvest_with_any_scorer_records_what_scored_it(tmp_path, preset_text, data_root):
+def test_harvest_with_any_scorer_records_what_scored_it(tmp_path, preset_text, data_root, monkeypatch, capsys):
     """The model in the loop need not be a registered detector: a callable over the candidate pool (a
     leaderboard submission run in the jail) or a results.csv; lineage names the scorer and its hash."""
     preset = _preset(tmp_path, preset_text)
@@ -116,6 +116,28 @@ def test_harvest_with_any_scorer_records_what_scored_it(tmp_path, preset_text, d
                  natural_trojan_check=False, progress=False)
     assert set(r2.kept["model_name"]) == {max(troj, key=probs.get), min(clean, key=probs.get)}
 
+    # the CLI: --scores over the pool already in OUT/candidates; lineage records the file's sha256
+    import shutil
+
+    import trojanscope.rounds.audit as audit
+    from trojanscope.fsutil import file_sha256
+
+    monkeypatch.setattr(audit, "natural_trojans", lambda spec, clean, dirs, **kw: {
+        "bar": 0.9, "models": [{"model": n, "flip_rate": 0.0} for n in clean["model_name"]]})
+    shutil.copytree(pool, tmp_path / "by-cli" / "candidates")
+    with pytest.raises(SystemExit) as done:
+        main(["zoo", "harvest", "--preset", str(preset), "--scores", str(scores_csv), "--scored-by", "a results.csv",
+              "--count", "2", "--candidates", "4", "--out", str(tmp_path / "by-cli"), "--data-root", str(data_root),
+              "--cache", str(cache), "--quiet"])
+    assert done.value.code == 0
+    lineage = json.loads((tmp_path / "by-cli" / "lineage.json").read_text())
+    assert lineage["detector"] == "a results.csv" and lineage["params_sha256"] == file_sha256(scores_csv)
+    assert "fooled a results.csv" in capsys.readouterr().out
+    kept = sorted(p.name for p in (tmp_path / "by-cli" / "models").iterdir())
+    assert kept == sorted(r2.kept["model_name"]) and all(  # the pool was resumed, not generated again
+        file_sha256(tmp_path / "by-cli" / "models" / n / "model.pt") == file_sha256(pool / "models" / n / "model.pt")
+        for n in kept)
+
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, preset_text, capsys):
     preset = _preset(tmp_path, preset_text)
@@ -139,6 +161,12 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, preset_text, capsys)
     with pytest.raises(ConfigError, match="results.csv: scores file not found"):
         harvest(preset, "test", 4, out, scores=tmp_path / "results.csv", scored_by="x")
     assert not out.exists()
+    with pytest.raises(SystemExit) as exc:
+        main(["zoo", "harvest", "--preset", str(preset), "--scores", str(tmp_path / "nope.csv"), "--scored-by", "x",
+              "--count", "4", "--out", str(out)])
+    assert exc.value.code != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope.csv: scores file not found" in err[0]
     with pytest.raises(SystemExit) as exc:
         main(["zoo", "harvest", "--preset", str(preset), "--detector", "nope", "--count", "4", "--out", str(out)])
     assert exc.value.code != 0
