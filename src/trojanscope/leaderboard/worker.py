@@ -2,10 +2,11 @@
 
 A job is one stage of one submission (``configure`` on the train split when the submission asks for
 it, ``smoke`` on the first N train models, ``test`` on the sequestered split, ``holdout`` after a round
-closes). Claiming is atomic (``UPDATE ... WHERE
-status='queued' AND id=?`` with a rowcount check; ``FOR UPDATE SKIP LOCKED`` on PostgreSQL), a
-heartbeat thread extends the job's lease, and a job whose lease expired (worker killed) is put
-back in the queue. A re-run resumes from the harness's ``results.csv``, so no model is scored
+closes, ``harvest`` when an organiser builds the next round against the submission: the same jailed
+per-model loop over candidate pools, see :mod:`trojanscope.leaderboard.harvests`). Claiming is atomic
+(``UPDATE ... WHERE status='queued' AND id=?`` with a rowcount check; ``FOR UPDATE SKIP LOCKED`` on
+PostgreSQL), a heartbeat thread extends the job's lease, and a job whose lease expired (worker killed)
+is put back in the queue. A re-run resumes from the harness's ``results.csv``, so no model is scored
 twice; the final per-model rows are stored under a unique (job, model) key.
 """
 
