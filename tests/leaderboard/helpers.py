@@ -87,6 +87,9 @@ DETECTORS = {
     # reads the toy tell: a good detector (CE well below ln 2)
     "good": "p = 0.9 if cfg.get('embedding_max_length') == 64 else 0.1\nopen(result, 'w').write(str(p))",
     "constant": "open(result, 'w').write('0.7')",
+    # a fixed, distinct P(trojaned) per model file (any modality): tests can recompute what it answered
+    "hash": "import hashlib\nh = int(hashlib.sha256(open(model, 'rb').read()).hexdigest()[:8], 16)\n"
+            "open(result, 'w').write(repr(0.05 + 0.9 * h / 0xFFFFFFFF))",
     "crash": "raise SystemExit(3)",
     "hang": "import time\ntime.sleep(600)",
     "garbage": "open(result, 'w').write('not a number \\x00\\xff' * 100)",
@@ -135,6 +138,13 @@ def submission_bytes(kind: str = "good", fmt: str = "zip", command: str = "pytho
                 info.size = len(data)
                 tf.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+def hash_probability(model_file: Path) -> float:
+    """What the ``hash`` detector answers for ``model_file``."""
+    import hashlib
+
+    return 0.05 + 0.9 * int(hashlib.sha256(model_file.read_bytes()).hexdigest()[:8], 16) / 0xFFFFFFFF
 
 
 def admin() -> dict[str, str]:

@@ -76,6 +76,69 @@ def test_harvest_keeps_what_fools_the_detector_and_records_it(tmp_path, preset_t
     assert len(seen["clean"]) == 2 and seen["clean"][0] not in set(r2.kept["model_name"])
 
 
+@pytest.mark.slow
+def test_harvest_with_any_scorer_records_what_scored_it(tmp_path, preset_text, data_root, monkeypatch, capsys):
+    """The model in the loop need not be a registered detector: a callable over the candidate pool (a
+    leaderboard submission run in the jail) or a results.csv; lineage names the scorer and its hash."""
+    preset = _preset(tmp_path, preset_text)
+    cache = tmp_path / "c.sqlite"
+    pool = tmp_path / "pool"
+    seen = []
+
+    def scorer(cand_dir):
+        seen.append(cand_dir)
+        names = sorted(p.name for p in (cand_dir / "models").iterdir())
+        # distinct, fixed probabilities so the choice is checkable: the first models look trojaned
+        return pd.DataFrame({"model_name": names, "probability": [0.9 - 0.2 * i for i in range(len(names))],
+                             "status": "ok"})
+
+    r = harvest(preset, "test", 2, tmp_path / "by-callable", scores=scorer, scored_by="submission 7 of team a",
+                scored_by_sha256="ab" * 32, lineage_extra={"submission": {"id": 7}}, candidates=4,
+                candidates_dir=pool, data_root=data_root, cache_path=cache, natural_trojan_check=False,
+                progress=False)
+    assert seen == [pool] and not (tmp_path / "by-callable" / "candidates").exists()
+    lineage = json.loads((tmp_path / "by-callable" / "lineage.json").read_text())
+    assert lineage["detector"] == "submission 7 of team a" and lineage["params_sha256"] == "ab" * 32
+    assert lineage["submission"] == {"id": 7}
+    probs = scorer(pool).set_index("model_name")["probability"]
+    meta = pd.read_csv(pool / "METADATA.csv").set_index("model_name")
+    troj = [n for n in probs.index if meta.loc[n, "poisoned"]]
+    clean = [n for n in probs.index if not meta.loc[n, "poisoned"]]
+    assert set(r.kept["model_name"]) == {min(troj, key=probs.get), max(clean, key=probs.get)}
+    stats = json.loads((tmp_path / "by-callable" / "models" / r.kept["model_name"][0] / "model_stats.json").read_text())
+    assert stats["metadata"]["harvest_detector"] == "submission 7 of team a"
+
+    # the same pool scored by a results.csv (inverted probabilities): the other end of each class is kept
+    scores_csv = tmp_path / "results.csv"
+    scorer(pool).assign(probability=lambda d: 1 - d["probability"]).to_csv(scores_csv, index=False)
+    r2 = harvest(preset, "test", 2, tmp_path / "by-file", scores=scores_csv, scored_by="a results.csv",
+                 candidates=4, candidates_dir=pool, data_root=data_root, cache_path=cache,
+                 natural_trojan_check=False, progress=False)
+    assert set(r2.kept["model_name"]) == {max(troj, key=probs.get), min(clean, key=probs.get)}
+
+    # the CLI: --scores over the pool already in OUT/candidates; lineage records the file's sha256
+    import shutil
+
+    import trojanscope.rounds.audit as audit
+    from trojanscope.fsutil import file_sha256
+
+    monkeypatch.setattr(audit, "natural_trojans", lambda spec, clean, dirs, **kw: {
+        "bar": 0.9, "models": [{"model": n, "flip_rate": 0.0} for n in clean["model_name"]]})
+    shutil.copytree(pool, tmp_path / "by-cli" / "candidates")
+    with pytest.raises(SystemExit) as done:
+        main(["zoo", "harvest", "--preset", str(preset), "--scores", str(scores_csv), "--scored-by", "a results.csv",
+              "--count", "2", "--candidates", "4", "--out", str(tmp_path / "by-cli"), "--data-root", str(data_root),
+              "--cache", str(cache), "--quiet"])
+    assert done.value.code == 0
+    lineage = json.loads((tmp_path / "by-cli" / "lineage.json").read_text())
+    assert lineage["detector"] == "a results.csv" and lineage["params_sha256"] == file_sha256(scores_csv)
+    assert "fooled a results.csv" in capsys.readouterr().out
+    kept = sorted(p.name for p in (tmp_path / "by-cli" / "models").iterdir())
+    assert kept == sorted(r2.kept["model_name"]) and all(  # the pool was resumed, not generated again
+        file_sha256(tmp_path / "by-cli" / "models" / n / "model.pt") == file_sha256(pool / "models" / n / "model.pt")
+        for n in kept)
+
+
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, preset_text, capsys):
     preset = _preset(tmp_path, preset_text)
     out = tmp_path / "r"
@@ -89,7 +152,21 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, preset_text, capsys)
         harvest(preset, "test", 4, out, detector="random", parent=tmp_path / "missing")
     with pytest.raises(ConfigError, match="round in the chain is missing"):
         lineage_chain(tmp_path / "missing")
+    with pytest.raises(ConfigError, match="exactly one model in the loop"):
+        harvest(preset, "test", 4, out, detector="random", scores=tmp_path / "results.csv", scored_by="x")
+    with pytest.raises(ConfigError, match="exactly one model in the loop"):
+        harvest(preset, "test", 4, out)
+    with pytest.raises(ConfigError, match="needs scored_by"):
+        harvest(preset, "test", 4, out, scores=tmp_path / "results.csv")
+    with pytest.raises(ConfigError, match="results.csv: scores file not found"):
+        harvest(preset, "test", 4, out, scores=tmp_path / "results.csv", scored_by="x")
     assert not out.exists()
+    with pytest.raises(SystemExit) as exc:
+        main(["zoo", "harvest", "--preset", str(preset), "--scores", str(tmp_path / "nope.csv"), "--scored-by", "x",
+              "--count", "4", "--out", str(out)])
+    assert exc.value.code != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope.csv: scores file not found" in err[0]
     with pytest.raises(SystemExit) as exc:
         main(["zoo", "harvest", "--preset", str(preset), "--detector", "nope", "--count", "4", "--out", str(out)])
     assert exc.value.code != 0

@@ -11,10 +11,13 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
     @zoo.command("harvest")
     def harvest_cmd(
         preset: str = typer.Option(..., help="Preset of the new round (e.g. round5-cpu or round5-cpu-evasive)."),
-        detector: str = typer.Option(..., help="The previous round's detector: a registered name (see `detectors`)."),
+        detector: str = typer.Option(None, help="The previous round's detector: a registered name (see `detectors`)."),
         count: int = typer.Option(..., help="Models in the new round; the preset's poisoned_fraction are trojaned."),
         out: Path = typer.Option(..., help="New round's folder (written once; candidates are kept in OUT/candidates)."),
         params: Path = typer.Option(None, help="The detector's parameter file (from `detect fit`); default: shipped."),
+        scores: Path = typer.Option(None, help="Instead of --detector: a results.csv (model_name,probability) of "
+                                    "another scorer over the candidate pool (OUT/candidates)."),
+        scored_by: str = typer.Option(None, help="With --scores: what scored the pool, recorded in lineage.json."),
         split: str = typer.Option("test", help="train, test or holdout."),
         candidates: int = typer.Option(None, help="Models generated to harvest from; default 3 x --count."),
         parent: Path = typer.Option(None, help="Round N's folder, recorded as this round's parent in lineage.json."),
@@ -34,11 +37,14 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
                 --candidates 120 --out zoo/r5-round1 --parent zoo/r5-test --workers 2
         """
         from trojanscope.dynamic.harvest import harvest
+        from trojanscope.fsutil import file_sha256
 
-        res = harvest(preset, split, count, out, detector=detector, params=params, candidates=candidates,
-                      parent=parent, threshold=threshold, workers=workers, data_root=data_root, cache_path=cache,
-                      progress=not quiet)
+        scores_sha = file_sha256(scores) if scores is not None and scores.is_file() else None
+        res = harvest(preset, split, count, out, detector=detector, params=params, scores=scores,
+                      scored_by=scored_by, scored_by_sha256=scores_sha, candidates=candidates, parent=parent,
+                      threshold=threshold, workers=workers, data_root=data_root, cache_path=cache, progress=not quiet)
         lin = res.lineage
+        detector = lin["detector"]
         cand, kept = lin["detector_on_candidates"], lin["detector_on_round"]
         typer.echo(
             f"{res.out}: kept {lin['kept']} of {lin['candidates']} candidates ({lin['validated']} validated); "

@@ -17,9 +17,14 @@ met the attack-success bar on held-out triggered texts; a clean one met the clea
 no natural trojan (no trigger of the round's pools, or for images no one-colour square, flips it at the
 triggered-accuracy bar: :func:`trojanscope.rounds.audit.natural_trojans`).
 
+The model in the loop is either a registered detector (scored through the harness) or any other scorer:
+``scores`` is a results.csv (model_name, probability[, status]) or a callable that scores the candidate
+pool's folder and returns those columns, e.g. a leaderboard submission run in the worker's jail;
+``scored_by`` names it in the lineage.
+
 The harvested round is written atomically: ``OUT/models`` and ``OUT/lineage.json`` appear only when
-the round is complete; the candidate pool (``OUT/candidates``) and the detector's run over it
-(``OUT/harvest-eval``) are kept and resumed by re-running the same call.
+the round is complete; the candidate pool (``OUT/candidates`` unless ``candidates_dir`` says otherwise)
+and the detector's run over it (``OUT/harvest-eval``) are kept and resumed by re-running the same call.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import pandas as pd
 
@@ -37,6 +42,10 @@ from trojanscope.errors import ConfigError
 from trojanscope.fsutil import atomic_dir, atomic_write_text, file_sha256
 
 LINEAGE_FILE = "lineage.json"
+SCORE_COLUMNS = ("model_name", "probability")
+
+# what scores a candidate pool: a results.csv, or a callable from the pool's folder to its rows
+Scores = Union[Path, str, Callable[[Path], pd.DataFrame]]  # noqa: UP007 - a runtime alias
 
 
 @dataclass
@@ -98,9 +107,14 @@ def harvest(
     count: int,
     out: Path | str,
     *,
-    detector: str,
+    detector: str | None = None,
     params: Path | str | None = None,
+    scores: Scores | None = None,
+    scored_by: str | None = None,
+    scored_by_sha256: str | None = None,
+    lineage_extra: dict[str, Any] | None = None,
     candidates: int | None = None,
+    candidates_dir: Path | str | None = None,
     parent: Path | str | None = None,
     threshold: float = 0.5,
     workers: int = 1,
@@ -110,7 +124,10 @@ def harvest(
     natural_trojan_check: bool = True,
     progress: bool = True,
 ) -> HarvestResult:
-    """Build a ``count``-model round of ``split`` from ``candidates`` generated models, kept by ``detector``."""
+    """Build a ``count``-model round of ``split`` from ``candidates`` generated models, kept by ``detector``
+    (a registered name) or by ``scores`` (see the module docstring; ``scored_by`` names it in the lineage,
+    ``scored_by_sha256`` identifies it, e.g. a submission archive's sha256). ``lineage_extra`` is merged
+    into lineage.json."""
     from trojanscope.rounds.preset import load_preset
     from trojanscope.rounds.zoo import make_zoo, write_metadata
     from trojanscope.scoring.harness import evaluate
@@ -125,19 +142,33 @@ def harvest(
         raise ConfigError(f"--candidates ({candidates}) must be at least --count ({count})")
     if not 0 < threshold < 1:
         raise ConfigError(f"--threshold must be in (0, 1), got {threshold}")
-    params_sha = check_detector(detector, params)
+    if (detector is None) == (scores is None):
+        raise ConfigError("harvest needs exactly one model in the loop: a --detector name or scores")
+    if scores is not None:
+        if not scored_by:
+            raise ConfigError("harvest with scores needs scored_by: what scored the candidates, for lineage.json")
+        if params is not None:
+            raise ConfigError("params belongs to a --detector; a scorer identifies itself with scored_by_sha256")
+        if not callable(scores) and not Path(scores).is_file():
+            raise ConfigError(f"{scores}: scores file not found; pass a results.csv with model_name,probability")
+        params_sha = scored_by_sha256
+    else:
+        params_sha = check_detector(detector, params)
     parent_record = _parent_record(parent)
     spec, _ = load_preset(preset)
     n_trojaned = round(count * spec.poisoned_fraction)
     n_trojaned = min(max(n_trojaned, 1), count - 1)
 
-    cand_dir = out / "candidates"
+    cand_dir = Path(candidates_dir) if candidates_dir is not None else out / "candidates"
     make_zoo(preset, split, candidates, cand_dir, workers=workers, data_root=data_root, cache_path=cache_path,
              progress=progress)
-    scored = evaluate(cand_dir, out / "harvest-eval", detector=detector, params=params, workers=workers,
-                      progress=progress)
+    if scores is None:
+        probs = evaluate(cand_dir, out / "harvest-eval", detector=detector, params=params, workers=workers,
+                         progress=progress).results
+    else:
+        probs = _read_scores(scores, cand_dir)
     meta = pd.read_csv(cand_dir / "METADATA.csv")
-    probs = scored.results[["model_name", "probability", "status"]]
+    probs = probs[[c for c in ("model_name", "probability", "status") if c in probs]]
     df = meta.merge(probs, on="model_name", how="inner")
     df = df[df["status"] == "ok"] if "status" in df else df
     df = df[df.apply(validate, axis=1)]
@@ -163,7 +194,7 @@ def harvest(
         "preset": spec.name,
         "preset_version": spec.version,
         "split": split,
-        "detector": detector,
+        "detector": detector if detector is not None else scored_by,
         "params": str(params) if params is not None else None,
         "params_sha256": params_sha,
         "threshold": threshold,
@@ -177,6 +208,7 @@ def harvest(
         "detector_on_candidates": _ce_auc(df["poisoned"], df["probability"]),
         "detector_on_round": _ce_auc(kept["poisoned"], kept["probability"]),
         "parent": parent_record,
+        **(lineage_extra or {}),
     }
     with atomic_dir(out / "models") as tmp:
         for _, row in kept.iterrows():
@@ -187,6 +219,20 @@ def harvest(
     atomic_write_text(out / LINEAGE_FILE, json.dumps(lineage, indent=2) + "\n")
     cols = ["model_name", "poisoned", "harvest_probability", "harvest_fooled"]
     return HarvestResult(out=out, generated=len(meta), kept=kept[cols].reset_index(drop=True), lineage=lineage)
+
+
+def _read_scores(scores: Scores, cand_dir: Path) -> pd.DataFrame:
+    """The scorer's rows for the pool: a results.csv is read, a callable is called with the pool's folder."""
+    if callable(scores):
+        df = scores(cand_dir)
+        where = "the scorer's answer"
+    else:
+        where = str(scores)
+        df = pd.read_csv(scores)
+    missing = [c for c in SCORE_COLUMNS if c not in df]
+    if missing:
+        raise ConfigError(f"{where}: no {', '.join(missing)} column; scores need model_name,probability[,status]")
+    return df
 
 
 def _natural_trojans(spec: Any, clean: pd.DataFrame, cand_dir: Path, cache_path: Path | str | None) -> set[str]:

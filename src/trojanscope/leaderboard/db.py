@@ -35,7 +35,8 @@ from trojanscope.errors import ConfigError
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
 ROUND_STATUSES = ("pending", "open", "closed")
-STAGES = ("configure", "smoke", "test", "holdout")
+STAGES = ("configure", "smoke", "test", "holdout", "harvest")
+HARVEST_STATUSES = ("queued", "done", "failed")
 JOB_STATUSES = ("queued", "running", "done", "failed")
 SUBMISSION_STATUSES = ("queued", "configure", "configure_failed", "smoke", "smoke_failed", "scoring", "scored",
                        "failed")
@@ -94,7 +95,8 @@ class Submission(Base):
 
 
 class Job(Base):
-    """One stage (configure, smoke, test or holdout) of one submission: the unit a worker claims."""
+    """One stage (configure, smoke, test, holdout, or harvest: building the next round against it) of one
+    submission: the unit a worker claims."""
 
     __tablename__ = "jobs"
     __table_args__ = (UniqueConstraint("submission_id", "stage"),)
@@ -132,6 +134,26 @@ class ModelResult(Base):
     seconds: Mapped[float] = mapped_column(Float, default=0.0)
     ground_truth: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     job: Mapped[Job] = relationship(back_populates="results")
+
+
+class Harvest(Base):
+    """An organiser's request to build the next round (``name``) from what a closed round's top submission
+    gets wrong: its ``harvest`` job scores candidate pools with the submission in the jail; the round is
+    registered only when every split is built. The name is reserved from the request on."""
+
+    __tablename__ = "harvests"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    source_round_id: Mapped[int] = mapped_column(ForeignKey("rounds.id"), index=True)
+    submission_id: Mapped[int] = mapped_column(ForeignKey("submissions.id"))
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), unique=True)
+    spec: Mapped[dict] = mapped_column(JSON)  # the request: preset, split sizes, candidates, round settings
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    round_id: Mapped[int | None] = mapped_column(ForeignKey("rounds.id"), nullable=True)  # set when registered
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    source_round: Mapped[Round] = relationship(foreign_keys=[source_round_id])
+    submission: Mapped[Submission] = relationship()
+    job: Mapped[Job] = relationship()
 
 
 def make_engine(url: str) -> Engine:

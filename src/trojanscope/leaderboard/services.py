@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from trojanscope.errors import ConfigError, TrojanscopeError
 from trojanscope.fsutil import file_sha256
 from trojanscope.leaderboard import archive, security
-from trojanscope.leaderboard.db import Job, Round, Submission, Team, utcnow
+from trojanscope.leaderboard.db import Harvest, Job, Round, Submission, Team, utcnow
 from trojanscope.leaderboard.settings import Settings
 
 if TYPE_CHECKING:
@@ -112,16 +112,24 @@ def get_round(s: Session, name: str) -> Round:
     return rnd
 
 
-def create_round(s: Session, data: RoundIn) -> Round:
+def create_round(s: Session, data: RoundIn, *, commit: bool = True, reserved_by: Harvest | None = None) -> Round:
+    """Register a round; a name reserved by a harvest in progress is refused except to that harvest."""
     if s.scalar(select(Round.id).where(Round.name == data.name)) is not None:
         raise ConflictError(f"round {data.name!r} already exists; choose another name")
+    held = s.scalar(select(Harvest).where(Harvest.name == data.name, Harvest.status != "failed"))
+    if held is not None and held is not reserved_by:
+        raise ConflictError(f"round name {data.name!r} is reserved by the next round being harvested from round "
+                            f"{held.source_round.name!r}; choose another name")
     rnd = Round(name=data.name, title=data.title or data.name, train_dir=str(data.train), test_dir=str(data.test),
                 holdout_dir=str(data.holdout) if data.holdout else None, target_ce=data.target_ce,
                 smoke_models=data.smoke_models, model_time_limit_s=data.model_time_limit_s,
                 submission_time_limit_s=data.submission_time_limit_s, smoke_time_limit_s=data.smoke_time_limit_s,
                 status=data.status, opened_at=utcnow() if data.status == "open" else None)
     s.add(rnd)
-    s.commit()
+    if commit:
+        s.commit()
+    else:
+        s.flush()
     return rnd
 
 

@@ -2,10 +2,11 @@
 
 A job is one stage of one submission (``configure`` on the train split when the submission asks for
 it, ``smoke`` on the first N train models, ``test`` on the sequestered split, ``holdout`` after a round
-closes). Claiming is atomic (``UPDATE ... WHERE
-status='queued' AND id=?`` with a rowcount check; ``FOR UPDATE SKIP LOCKED`` on PostgreSQL), a
-heartbeat thread extends the job's lease, and a job whose lease expired (worker killed) is put
-back in the queue. A re-run resumes from the harness's ``results.csv``, so no model is scored
+closes, ``harvest`` when an organiser builds the next round against the submission: the same jailed
+per-model loop over candidate pools, see :mod:`trojanscope.leaderboard.harvests`). Claiming is atomic
+(``UPDATE ... WHERE status='queued' AND id=?`` with a rowcount check; ``FOR UPDATE SKIP LOCKED`` on
+PostgreSQL), a heartbeat thread extends the job's lease, and a job whose lease expired (worker killed)
+is put back in the queue. A re-run resumes from the harness's ``results.csv``, so no model is scored
 twice; the final per-model rows are stored under a unique (job, model) key.
 """
 
@@ -36,7 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from trojanscope.errors import TrojanscopeError
 from trojanscope.fsutil import atomic_dir
 from trojanscope.leaderboard import sandbox
-from trojanscope.leaderboard.db import Job, ModelResult, Submission, make_sessionmaker, utcnow
+from trojanscope.leaderboard.db import Harvest, Job, ModelResult, make_sessionmaker, utcnow
 from trojanscope.leaderboard.settings import Settings
 from trojanscope.models.layout import list_model_dirs, read_ground_truth
 from trojanscope.provenance import provenance
@@ -133,7 +134,10 @@ class Worker:
             if job.attempts >= self.settings.max_attempts:
                 job.status, job.finished_at = "failed", now
                 job.error = f"worker lost {job.attempts} times while running this job; giving up"
-                job.submission.status, job.submission.message = "failed", job.error
+                if job.stage == "harvest":
+                    self._mark_failed(session, job)
+                else:
+                    job.submission.status, job.submission.message = "failed", job.error
             else:
                 job.status, job.worker_id, job.lease_until = "queued", None, None
         session.commit()
@@ -237,6 +241,12 @@ class Worker:
 
     def _run_job(self, job_id: int) -> None:
         with self.Session() as s:
+            if s.get(Job, job_id).stage == "harvest":  # builds the next round; see leaderboard.harvests
+                from trojanscope.leaderboard.harvests import run_harvest_job
+
+                run_harvest_job(self, job_id)
+                return
+        with self.Session() as s:
             job = s.get(Job, job_id)
             sub, rnd = job.submission, job.submission.round
             if rnd.status == "closed" and job.stage != "holdout":
@@ -253,7 +263,7 @@ class Worker:
             command, stage = sub.command, job.stage
             per_model = rnd.model_time_limit_s
             budget = rnd.smoke_time_limit_s if stage == "smoke" else rnd.submission_time_limit_s
-            files = self.settings.data_dir / "submissions" / str(sub.id) / "files"
+            files = self.submission_files(sub.id)
             configured = any(j.stage == "configure" and j.status == "done" for j in sub.jobs)
         learned_store = files.parent / LEARNED_DIR
         source = {p.name: p for p in model_dirs}
@@ -271,40 +281,65 @@ class Worker:
                 sandbox.add_ground_truth(model_map, source, neutral_root)
             sandbox.link_assets(zoo, neutral_root)
             work = sandbox.copy_submission(files, job_dir / "work")
-            out = job_dir / "out"
             env = sandbox.sandbox_env(work, tag)
             if stage == "configure":
                 self._configure(job_id, command, neutral_root, len(neutral), work, env, job_dir, learned_store)
                 return
-            learned_args: list[str] = []
-            if configured:  # a copy per job, so no run can alter what the next one reads
-                if not learned_store.is_dir():
-                    raise ConfiguredParametersMissing(
-                        f"{learned_store}: this submission's configure step finished but its learned parameters "
-                        "are gone from the data folder; re-upload the submission to configure it again")
-                learned = sandbox.copy_submission(learned_store, job_dir / LEARNED_DIR)
-                learned_args = ["--learned_parameters_dirpath", str(learned)]
-            results_csv = out / "results.csv"
-            for model in neutral:
-                if self._lost.is_set():
-                    return  # another worker owns the job now; it will finish it
-                rows = read_results(results_csv)
-                if model.name in rows:
-                    continue
-                remaining = budget - sum(r["seconds"] for r in rows.values())
-                if remaining <= 0:
-                    break
-                limit = min(per_model, remaining)
-                argv = sandbox.jailed_command(
-                    command, env, cpu_seconds=math.ceil(per_model * (os.cpu_count() or 1)) + 5,
-                    memory_bytes=self.settings.memory_bytes, max_processes=self.settings.max_processes,
-                    file_size_bytes=self.settings.file_size_bytes) + learned_args
-                try:
-                    self.scoring.evaluate(neutral_root, out, command=argv, models=[model], time_limit_s=limit,
-                                          env=env, cwd=work, seed=job_id, progress=False, workers=1)
-                finally:
-                    sandbox.kill_tagged(tag)
-            self._finish(job_id, model_map, source, read_results(results_csv), job_dir, zoo, command)
+            learned_args = self.learned_args(configured, learned_store, job_dir)
+            rows = self.score_models(job_id, command, neutral, job_dir / "out", env=env, work=work,
+                                     per_model=per_model, budget=budget, learned_args=learned_args)
+            if self._lost.is_set():
+                return  # another worker owns the job now; it will finish it
+            self._finish(job_id, model_map, source, rows, job_dir, zoo, command)
+
+    def lease_lost(self) -> bool:
+        """Whether another worker took the running job over (this one's lease expired)."""
+        return self._lost.is_set()
+
+    def submission_files(self, sub_id: int) -> Path:
+        """The unpacked files of a submission (its learned parameters, if configured, sit beside them)."""
+        return self.settings.data_dir / "submissions" / str(sub_id) / "files"
+
+    @staticmethod
+    def learned_args(configured: bool, store: Path, job_dir: Path) -> list[str]:
+        """The detector's ``--learned_parameters_dirpath`` for a configured submission: a copy per job, so
+        no run can alter what the next one reads."""
+        if not configured:
+            return []
+        if not store.is_dir():
+            raise ConfiguredParametersMissing(
+                f"{store}: this submission's configure step finished but its learned parameters "
+                "are gone from the data folder; re-upload the submission to configure it again")
+        learned = sandbox.copy_submission(store, job_dir / LEARNED_DIR)
+        return ["--learned_parameters_dirpath", str(learned)]
+
+    def score_models(self, job_id: int, command: str, neutral: list[Path], out: Path, *, env: dict[str, str],
+                     work: Path, per_model: float, budget: float, learned_args: list[str]) -> dict[str, dict]:
+        """Run the submission's command in the jail on each neutral model copy, one harness call per model,
+        until ``budget`` seconds are spent; resumes from ``out/results.csv`` (a model is never run twice).
+        Returns the rows of results.csv by neutral name; stops early when the job's lease is lost."""
+        tag = self.tag(job_id)
+        results_csv = out / "results.csv"
+        for model in neutral:
+            if self._lost.is_set():
+                break
+            rows = read_results(results_csv)
+            if model.name in rows:
+                continue
+            remaining = budget - sum(r["seconds"] for r in rows.values())
+            if remaining <= 0:
+                break
+            limit = min(per_model, remaining)
+            argv = sandbox.jailed_command(
+                command, env, cpu_seconds=math.ceil(per_model * (os.cpu_count() or 1)) + 5,
+                memory_bytes=self.settings.memory_bytes, max_processes=self.settings.max_processes,
+                file_size_bytes=self.settings.file_size_bytes) + learned_args
+            try:
+                self.scoring.evaluate(model.parent, out, command=argv, models=[model], time_limit_s=limit,
+                                      env=env, cwd=work, seed=job_id, progress=False, workers=1)
+            finally:
+                sandbox.kill_tagged(tag)
+        return read_results(results_csv)
 
     def _configure(self, job_id: int, command: str, models: Path, n_models: int, work: Path, env: dict[str, str],
                    job_dir: Path, store: Path) -> None:
@@ -433,10 +468,18 @@ class Worker:
             if job.worker_id != self.worker_id:
                 return
             job.status, job.error, job.finished_at, job.lease_until = "failed", message[:1000], utcnow(), None
-            sub = s.get(Submission, job.submission_id)
-            if job.stage != "holdout":
-                sub.status, sub.message = "failed", message[:1000]
+            self._mark_failed(s, job)
             s.commit()
+
+    @staticmethod
+    def _mark_failed(s: Session, job: Job) -> None:
+        """What a failed job fails besides itself: its submission, or (harvest) the next-round request, which
+        leaves the submission's scores alone. A holdout failure shows on the job only."""
+        if job.stage == "harvest":
+            for hv in s.scalars(select(Harvest).where(Harvest.job_id == job.id)):
+                hv.status = "failed"
+        elif job.stage != "holdout":
+            job.submission.status, job.submission.message = "failed", job.error[:1000]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -123,7 +123,8 @@ def submission_page(sub_id: int, request: Request, s: SessionDep, settings: Sett
     reports = {job.stage for job in sub.jobs if (job.stage == "smoke" or admin)
                and (settings.data_dir / "jobs" / str(job.id) / "report" / "report.html").is_file()}
     for job in sub.jobs:
-        if job.stage != "configure" and (job.stage != "holdout" or sub.round.status == "closed" or admin):
+        if job.stage not in ("configure", "harvest") and (job.stage != "holdout" or sub.round.status == "closed"
+                                                          or admin):
             # Neutral names only: which real model a row is stays secret (test labels would leak).
             results[job.stage] = sorted(job.results, key=lambda r: r.neutral_name)
     return _render(request, "submission.html", sub=view, results=results, reports=reports)

@@ -56,6 +56,34 @@ def close_round(name: str, s: SessionDep, open_next: str | None = None) -> dict[
     return {**services.round_view(s, rnd), "holdout_jobs_queued": queued}
 
 
+@router.post("/{name}/harvest-next", status_code=202, dependencies=[AdminOnly])
+def harvest_next(name: str, s: SessionDep, body: dict[str, Any] = Body(..., examples=[{
+        "name": "r2", "preset": "round5-cpu", "train": 40, "test": 40, "holdout": 20,
+        "candidates": {"test": 120}, "status": "pending"}])) -> dict[str, Any]:
+    """Build the next round from what this closed round's top submission gets wrong (organiser): a queued
+    ``harvest`` job generates a candidate pool per split with ``preset``, scores it with the submission in the
+    worker's sandbox and keeps the models that fool it; the round ``name`` is registered (``pending`` or
+    ``open``) when every split is built, with lineage.json naming the submission. Sending a failed request
+    again resumes it."""
+    from trojanscope.leaderboard import harvests
+
+    try:
+        spec = harvests.HarvestIn(**body)
+    except ValidationError as exc:
+        raise HTTPException(422, services.one_line_validation(exc, "harvest")) from None
+    except TypeError:
+        raise HTTPException(422, "harvest: body must be a JSON object") from None
+    return harvests.harvest_view(harvests.request_harvest(s, name, spec))
+
+
+@router.get("/{name}/harvest-next", dependencies=[AdminOnly])
+def list_harvests(name: str, s: SessionDep) -> list[dict[str, Any]]:
+    """The next rounds requested from this round by harvest, with their job's state (organiser)."""
+    from trojanscope.leaderboard import harvests
+
+    return harvests.list_harvests(s, name)
+
+
 @router.get("/{name}/leaderboard")
 def get_leaderboard(name: str, s: SessionDep, admin: AdminFlag) -> list[dict[str, Any]]:
     """Each team's best test submission, best first. Holdout CE appears once the round is closed (organisers:
