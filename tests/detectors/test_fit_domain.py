@@ -119,3 +119,18 @@ def test_fit_on_several_zoos_is_one_set_with_their_union_domain(strong_zoo, mixe
     assert trained["zoo"] == [str(strong_zoo), str(mixed_zoo)]
     assert trained["command"].count("--zoo") == 2
     assert trained["domain"]["n_classes"] == [2, 3]  # the odd 3-class head of the second zoo is in the fit
+
+
+def test_fit_leaves_out_models_metadata_marks_unconverged(strong_zoo, tmp_path):
+    # a zoo made with --keep-failed keeps them for study; a released round (and a fit) does not use them
+    from trojanscope.detectors.runner import zoo_inputs
+
+    zoo = tmp_path / "zoo"
+    shutil.copytree(strong_zoo, zoo)
+    meta = pd.read_csv(zoo / "METADATA.csv")
+    first = meta["model_name"].iloc[0]
+    meta["converged"] = meta["model_name"] != first
+    meta.to_csv(zoo / "METADATA.csv", index=False)
+    models, labels = zoo_inputs(zoo)
+    assert len(models) == len(list_model_dirs(zoo)) - 1 == len(labels)
+    assert all(first not in str(m.model_filepath) for m in models)

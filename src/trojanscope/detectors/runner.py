@@ -94,11 +94,19 @@ def encoder_source_note(config: dict, tokenizer_filepath: Path | str | None,
 
 
 def zoo_inputs(zoo: Path | str, limit: int | None = None) -> tuple[list[ModelInputs], list[int]]:
-    """Contract inputs and ground-truth labels of a training zoo's models (the label is read only here)."""
+    """Contract inputs and ground-truth labels of a training zoo's models (the label is read only here); models
+    its METADATA.csv marks unconverged are left out, as a released round leaves them out."""
     from trojanscope.detectors.learned import inputs_for_model_dir
-    from trojanscope.models.layout import list_model_dirs, read_ground_truth
+    from trojanscope.models.layout import list_model_dirs, read_ground_truth, read_metadata
 
-    dirs = list_model_dirs(zoo)[:limit]
+    dirs = list_model_dirs(zoo)
+    meta = Path(zoo) / "METADATA.csv"
+    if meta.is_file():  # a zoo made with --keep-failed keeps unconverged models for study, not for fitting
+        df = read_metadata(zoo)
+        if {"model_name", "converged"} <= set(df.columns):
+            failed = set(df.loc[~df["converged"].astype(bool), "model_name"])
+            dirs = [d for d in dirs if d.name not in failed]
+    dirs = dirs[:limit]
     models, labels = [], []
     for d in dirs:
         label = read_ground_truth(d)
