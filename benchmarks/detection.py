@@ -32,8 +32,8 @@ from trojanscope.fsutil import atomic_write_bytes, file_sha256
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-FAMILIES = ("weights", "spectrum", "inversion", "probes", "scan")
-DETECTORS = ("weights", "spectrum", "inversion", "probes", "scan", "default")
+FAMILIES = ("weights", "weight-ratios", "spectrum", "inversion", "probes", "scan")
+DETECTORS = ("weights", "weight-ratios", "spectrum", "inversion", "probes", "scan", "default")
 
 
 def _family_digest(family: str) -> str:

@@ -1,0 +1,156 @@
+"""Detectors off their own zoo: leave-one-preset-out and a union fit over the text presets.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/transfer.py --out /tmp/transfer-bench --workers 2 \\
+        --zoo round5-cpu:train:/tmp/zoos/r5-train   --zoo round5-cpu:test:/tmp/zoos/r5-test \\
+        --zoo round6-cpu:train:/tmp/zoos/r6-train   --zoo round6-cpu:test:/tmp/zoos/r6-test \\
+        --zoo dynasent-cpu:train:/tmp/zoos/ds-train --zoo dynasent-cpu:test:/tmp/zoos/ds-test
+
+Each ``--zoo GROUP:ROLE:PATH`` names a zoo, the group it belongs to (a preset, or any label: "round5-cpu@4"
+and "round5-cpu" can be one group or two) and its role (train or test). Then, for every detector variant
+(the registered ``default`` and the family combinations below):
+
+1. leave-one-group-out: fit on the train zoos of every other group, score the held-out group's test zoos
+   (the issue-22 bar: CE <= 0.35 and ROC-AUC >= 0.90 for every held-out preset);
+2. union fit: fit on every train zoo, score each group's test zoos (how a detector shipped for all presets
+   does on each).
+
+Features come from ``benchmarks/detection.py``'s per-zoo cache (OUT/features-<zoo folder>.json, keyed by each
+model's model.pt hash and each family's code), so a rerun after adding a zoo computes only the new models.
+Nothing is chosen on test zoos: C, calibration and eps come from cross-validation on the train side. The union
+fit of the registered ``default`` is saved as OUT/default-union.json with its ``detect fit`` command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from detection import features_for  # noqa: E402  (the sibling benchmark's cached feature table)
+
+FAMILIES = ("weights", "weight-ratios", "spectrum", "inversion", "probes", "scan")
+BEHAVIOUR = ("spectrum", "inversion", "probes", "scan")
+VARIANTS = {
+    "raw-weights+behaviour": ("weights", *BEHAVIOUR),
+    "ratios+behaviour": ("weight-ratios", *BEHAVIOUR),
+    "behaviour": BEHAVIOUR,
+    "weights": ("weights",),
+    "weight-ratios": ("weight-ratios",),
+    "spectrum": ("spectrum",),
+    "scan": ("scan",),
+}
+
+
+def _zoo_arg(text: str) -> tuple[str, str, Path]:
+    try:
+        group, role, path = text.split(":", 2)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected GROUP:ROLE:PATH, e.g. round5-cpu:train:/tmp/z") from None
+    if role not in ("train", "test"):
+        raise argparse.ArgumentTypeError(f"{text!r}: role must be train or test, got {role!r}")
+    if not (Path(path) / "models").is_dir():
+        raise argparse.ArgumentTypeError(f"{path}: not a zoo (no models/ folder); make one with `trojanscope zoo make`")
+    return group, role, Path(path)
+
+
+def _detector(name: str, families: tuple[str, ...]):
+    from trojanscope.detectors.learned import MetaDetector
+
+    return type(f"Bench_{name}", (MetaDetector,), {"families": families, "name": name})()
+
+
+def main(argv: list[str] | None = None) -> None:
+    import numpy as np
+
+    from trojanscope.detectors import DETECTORS
+    from trojanscope.models.layout import read_metadata
+    from trojanscope.scoring.metrics import score_all
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--zoo", type=_zoo_arg, action="append", required=True, help="GROUP:ROLE:PATH (repeat)")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/transfer-bench"))
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--variants", default="default," + ",".join(VARIANTS),
+                    help="comma-separated: default and/or names of VARIANTS in this file")
+    ap.add_argument("--features-only", action="store_true",
+                    help="compute and cache every zoo's features, print no scores (e.g. while more zoos build)")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    registered = DETECTORS.get("default").families
+    variants = {"default": tuple(registered), **VARIANTS}
+    chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in chosen if v not in variants]
+    if unknown:
+        ap.error(f"unknown variant(s) {unknown}; known: {', '.join(variants)}")
+    families = tuple(dict.fromkeys((*FAMILIES, *registered)))
+
+    data = []  # (group, role, path, rows, labels)
+    for group, role, path in args.zoo:
+        names, rows, labels, _ = features_for(path, args.out / f"features-{path.name}.json", args.workers, families)
+        # released rounds hold converged models only; a zoo made with --keep-failed keeps the others for study
+        meta = read_metadata(path).set_index("model_name")
+        keep = [i for i, n in enumerate(names) if n not in meta.index or bool(meta.loc[n, "converged"])]
+        rows, labels = [rows[i] for i in keep], [int(labels[i]) for i in keep]
+        data.append((group, role, path, rows, labels, [names[i] for i in keep]))
+        print(f"{group:<16} {role:<5} {path}: {len(rows)} models ({sum(labels)} trojaned), "
+              f"{len(names) - len(keep)} unconverged left out")
+    groups = list(dict.fromkeys(g for g, *_ in data))
+    if args.features_only:
+        return
+
+    def stack(pred):
+        rows, ys = [], []
+        for g, role, _, r, y, _ in data:
+            if pred(g, role):
+                rows += r
+                ys += y
+        return rows, ys
+
+    def line(tag, det, rows, ys):
+        s = score_all(np.asarray(ys), det.score_features(rows))
+        return (f"  {tag:<28} n={len(ys):>3}  CE {s['cross_entropy']:.3f} ± {s['cross_entropy_ci95']:.3f}  "
+                f"ROC-AUC {s['roc_auc']:.3f}  Brier {s['brier']:.3f}")
+
+    for name in chosen:
+        fams = variants[name]
+        print(f"\n== {name}: {', '.join(fams)}")
+        print(" leave one group out (fit on the other groups' train zoos, score the held-out group's test zoos):")
+        for held in groups:
+            tr_rows, tr_y = stack(lambda g, role, held=held: g != held and role == "train")
+            te_rows, te_y = stack(lambda g, role, held=held: g == held and role == "test")
+            if not te_rows or len(set(tr_y)) < 2:
+                print(f"  {held:<28} (no test zoo, or no two-class train side without it)")
+                continue
+            det = _detector(name, fams).fit_features(tr_rows, tr_y)
+            print(line(f"{held} (fit on {len(tr_y)})", det, te_rows, te_y))
+        tr_rows, tr_y = stack(lambda g, role: role == "train")
+        det = _detector(name, fams).fit_features(tr_rows, tr_y)
+        clf = det.classifier_
+        print(f" union fit on {len(tr_y)} train models (cv CE {clf.cv_cross_entropy:.3f}, cv ROC-AUC "
+              f"{clf.cv_roc_auc:.3f}, C {clf.C:g}), scored on each group's test zoos:")
+        for g in groups:
+            te_rows, te_y = stack(lambda gg, role, g=g: gg == g and role == "test")
+            if te_rows:
+                print(line(g, det, te_rows, te_y))
+        if name == "default":
+            union = [str(p) for _, role, p, *_ in data if role == "train"]
+            fitted = [Path(p) / "models" / n for _, role, p, _, _, kept in data if role == "train" for n in kept]
+            out = args.out / "default-union.json"
+            from trojanscope.detectors import domain
+            from trojanscope.detectors.learned import inputs_for_model_dir
+
+            shipped = DETECTORS.get("default")().fit_features(tr_rows, tr_y)
+            # what `detect fit` records too: the fit domain (classes, architectures, head shapes) of every model
+            shipped.trained_on_["domain"] = domain.summarize(
+                domain.model_domain(inputs_for_model_dir(d)) for d in fitted)
+            import tomllib
+
+            presets = sorted({tomllib.loads((Path(z) / "preset.toml").read_text()).get("name", "?") for z in union})
+            shipped.save(out, zoo=union, n_models=len(tr_y), preset=" + ".join(presets),
+                         command="trojanscope detect fit " + " ".join(f"--zoo {z}" for z in union) + f" --out {out}")
+            print(f"  saved {out}")
+
+
+if __name__ == "__main__":
+    main()
