@@ -25,6 +25,12 @@ def _head(arch: str, hidden: int, seed: int = 0, **kw) -> torch.nn.Module:
     return HeadSpec(arch, input_size=DIM, output_size=2, hidden_size=hidden, **kw).build()
 
 
+def _assert_unchanged(before: dict[str, float], after: dict[str, float]) -> None:
+    assert sorted(after) == sorted(before)
+    for key, value in before.items():
+        assert after[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+
+
 def test_every_head_type_and_width_gives_the_same_finite_keys() -> None:
     ref = None
     for arch in TEXT_ARCHITECTURES:
@@ -42,9 +48,7 @@ def test_blind_to_a_global_rescaling_of_the_weights() -> None:
     with torch.no_grad():
         for p in head.parameters():
             p.mul_(3.0)
-    after = _features(head)
-    for key, value in before.items():
-        assert after[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+    _assert_unchanged(before, _features(head))
 
 
 def test_blind_to_the_order_of_hidden_units() -> None:
@@ -55,9 +59,7 @@ def test_blind_to_the_order_of_hidden_units() -> None:
         head.fc_layers[0].weight.copy_(head.fc_layers[0].weight[perm])
         head.fc_layers[0].bias.copy_(head.fc_layers[0].bias[perm])
         head.linear.weight.copy_(head.linear.weight[:, perm])
-    after = _features(head)
-    for key, value in before.items():
-        assert after[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+    _assert_unchanged(before, _features(head))
 
 
 def test_a_strong_extra_input_direction_shows() -> None:
