@@ -97,10 +97,12 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
 
     @detect.command(help="Fit a detector's parameters on a training zoo and save them as JSON (never a pickle).\n\n"
                     "Only the contract inputs of each model are read, plus its ground_truth.csv label. The "
-                    "shipped default parameters are reproduced by:\n\n"
-                    "  trojanscope detect fit --zoo /tmp/zoos/r5-train --detector default "
-                    "--out src/trojanscope/detectors/params/default.json\n\n"
-                    "--zoo may be repeated: the models of every zoo are fitted as one set.\n\n"
+                    "shipped default parameters are one fit over train zoos of every text preset:\n\n"
+                    "  trojanscope detect fit --zoo zoos/r5-train --zoo zoos/r6-train --zoo zoos/ds-train "
+                    "--detector default --out src/trojanscope/detectors/params/default.json\n\n"
+                    "--zoo may be repeated: the models of every zoo are fitted as one set (the exact recipe: "
+                    "docs/detectors.md, 'The shipped parameters'). Models a zoo's METADATA marks unconverged "
+                    "are left out.\n\n"
                     "Parameters are JSON: a pickle or joblib file would run code when loaded.")
     def fit(
         zoo_dir: list[Path] = typer.Option(..., "--zoo", help="Training zoo with ground_truth.csv per model; "
