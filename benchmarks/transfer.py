@@ -61,10 +61,13 @@ def _detector(name: str, families: tuple[str, ...]):
 
 
 def main(argv: list[str] | None = None) -> None:
+    import tomllib
+
     import numpy as np
 
-    from trojanscope.detectors import DETECTORS
-    from trojanscope.models.layout import read_metadata
+    from trojanscope.detectors import DETECTORS, domain
+    from trojanscope.detectors.learned import inputs_for_model_dir
+    from trojanscope.detectors.runner import released_model_dirs
     from trojanscope.scoring.metrics import score_all
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -85,15 +88,14 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"unknown variant(s) {unknown}; known: {', '.join(variants)}")
     families = tuple(dict.fromkeys((*FAMILIES, *registered)))
 
-    data = []  # (group, role, path, rows, labels)
+    data = []  # (group, role, path, feature rows, labels, model folders) of each zoo's released models
     for group, role, path in args.zoo:
         names, rows, labels, _ = features_for(path, args.out / f"features-{path.name}.json", args.workers, families)
-        # released rounds hold converged models only; a zoo made with --keep-failed keeps the others for study
-        meta = read_metadata(path).set_index("model_name")
-        keep = [i for i, n in enumerate(names) if n not in meta.index or bool(meta.loc[n, "converged"])]
-        rows, labels = [rows[i] for i in keep], [int(labels[i]) for i in keep]
-        data.append((group, role, path, rows, labels, [names[i] for i in keep]))
-        print(f"{group:<16} {role:<5} {path}: {len(rows)} models ({sum(labels)} trojaned), "
+        released = {d.name: d for d in released_model_dirs(path)}  # what `detect fit` fits on, too
+        keep = [i for i, n in enumerate(names) if n in released]
+        data.append((group, role, path, [rows[i] for i in keep], [int(labels[i]) for i in keep],
+                     [released[names[i]] for i in keep]))
+        print(f"{group:<16} {role:<5} {path}: {len(keep)} models ({sum(labels[i] for i in keep)} trojaned), "
               f"{len(names) - len(keep)} unconverged left out")
     groups = list(dict.fromkeys(g for g, *_ in data))
     if args.features_only:
@@ -114,6 +116,8 @@ def main(argv: list[str] | None = None) -> None:
 
     for name in chosen:
         fams = variants[name]
+        # the registered class for "default", so its union fit is the file that ships
+        make = DETECTORS.get("default") if name == "default" else (lambda name=name, fams=fams: _detector(name, fams))
         print(f"\n== {name}: {', '.join(fams)}")
         print(" leave one group out (fit on the other groups' train zoos, score the held-out group's test zoos):")
         for held in groups:
@@ -122,10 +126,10 @@ def main(argv: list[str] | None = None) -> None:
             if not te_rows or len(set(tr_y)) < 2:
                 print(f"  {held:<28} (no test zoo, or no two-class train side without it)")
                 continue
-            det = _detector(name, fams).fit_features(tr_rows, tr_y)
+            det = make().fit_features(tr_rows, tr_y)
             print(line(f"{held} (fit on {len(tr_y)})", det, te_rows, te_y))
         tr_rows, tr_y = stack(lambda g, role: role == "train")
-        det = _detector(name, fams).fit_features(tr_rows, tr_y)
+        det = make().fit_features(tr_rows, tr_y)
         clf = det.classifier_
         print(f" union fit on {len(tr_y)} train models (cv CE {clf.cv_cross_entropy:.3f}, cv ROC-AUC "
               f"{clf.cv_roc_auc:.3f}, C {clf.C:g}), scored on each group's test zoos:")
@@ -134,23 +138,17 @@ def main(argv: list[str] | None = None) -> None:
             if te_rows:
                 print(line(g, det, te_rows, te_y))
         if name == "default":
-            union = [str(p) for _, role, p, *_ in data if role == "train"]
-            fitted = [Path(p) / "models" / n for _, role, p, _, _, kept in data if role == "train" for n in kept]
+            train = [(p, dirs) for _, role, p, _, _, dirs in data if role == "train"]
+            # what `detect fit` records too: the fit domain (classes, architectures, head shapes) of its models
+            det.trained_on_["domain"] = domain.summarize(
+                domain.model_domain(inputs_for_model_dir(d)) for _, dirs in train for d in dirs)
+            presets = sorted({tomllib.loads((p / "preset.toml").read_text()).get("name", "?") for p, _ in train})
             out = args.out / "default-union.json"
-            from trojanscope.detectors import domain
-            from trojanscope.detectors.learned import inputs_for_model_dir
-
-            shipped = DETECTORS.get("default")().fit_features(tr_rows, tr_y)
-            # what `detect fit` records too: the fit domain (classes, architectures, head shapes) of every model
-            shipped.trained_on_["domain"] = domain.summarize(
-                domain.model_domain(inputs_for_model_dir(d)) for d in fitted)
-            import tomllib
-
-            presets = sorted({tomllib.loads((Path(z) / "preset.toml").read_text()).get("name", "?") for z in union})
-            shipped.save(out, zoo=union, n_models=len(tr_y), preset=" + ".join(presets),
-                         command="trojanscope detect fit " + " ".join(f"--zoo {z}" for z in union) + f" --out {out}")
+            det.save(out, zoo=[str(p) for p, _ in train], n_models=len(tr_y), preset=" + ".join(presets),
+                     written_by="benchmarks/transfer.py",
+                     command="trojanscope detect fit " + " ".join(f"--zoo {p}" for p, _ in train)
+                     + f" --detector default --out {out}")
             print(f"  saved {out}")
-
 
 if __name__ == "__main__":
     main()

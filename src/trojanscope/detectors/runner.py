@@ -93,20 +93,28 @@ def encoder_source_note(config: dict, tokenizer_filepath: Path | str | None,
     return f"encoder: {given} not unpickled (pickles run code); using {source}, summary rule {rule!r}"
 
 
-def zoo_inputs(zoo: Path | str, limit: int | None = None) -> tuple[list[ModelInputs], list[int]]:
-    """Contract inputs and ground-truth labels of a training zoo's models (the label is read only here); models
-    its METADATA.csv marks unconverged are left out, as a released round leaves them out."""
-    from trojanscope.detectors.learned import inputs_for_model_dir
-    from trojanscope.models.layout import list_model_dirs, read_ground_truth, read_metadata
+def released_model_dirs(zoo: Path | str) -> list[Path]:
+    """The zoo's model folders without those its METADATA.csv marks unconverged: a zoo made with
+    ``--keep-failed`` keeps them for study, a released round (and a fit) leaves them out."""
+    from trojanscope.models.layout import list_model_dirs, read_metadata
 
     dirs = list_model_dirs(zoo)
-    meta = Path(zoo) / "METADATA.csv"
-    if meta.is_file():  # a zoo made with --keep-failed keeps unconverged models for study, not for fitting
-        df = read_metadata(zoo)
-        if {"model_name", "converged"} <= set(df.columns):
-            failed = set(df.loc[~df["converged"].astype(bool), "model_name"])
-            dirs = [d for d in dirs if d.name not in failed]
-    dirs = dirs[:limit]
+    if not (Path(zoo) / "METADATA.csv").is_file():
+        return dirs
+    df = read_metadata(zoo)
+    if not {"model_name", "converged"} <= set(df.columns):
+        return dirs
+    failed = set(df.loc[~df["converged"].astype(bool), "model_name"])
+    return [d for d in dirs if d.name not in failed]
+
+
+def zoo_inputs(zoo: Path | str, limit: int | None = None) -> tuple[list[ModelInputs], list[int]]:
+    """Contract inputs and ground-truth labels of a training zoo's released models (:func:`released_model_dirs`;
+    the label is read only here)."""
+    from trojanscope.detectors.learned import inputs_for_model_dir
+    from trojanscope.models.layout import read_ground_truth
+
+    dirs = released_model_dirs(zoo)[:limit]
     models, labels = [], []
     for d in dirs:
         label = read_ground_truth(d)
