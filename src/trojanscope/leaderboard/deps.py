@@ -6,9 +6,10 @@ The cheap ones are ``async`` so FastAPI runs them on the event loop instead of t
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Header, HTTPException, Request
+from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
 
 from trojanscope.leaderboard import security
@@ -53,3 +54,18 @@ SessionDep = Annotated[Session, Depends(get_session)]
 AdminFlag = Annotated[bool, Depends(is_admin)]
 BearerDep = Annotated[str | None, Depends(bearer)]
 AdminOnly = Depends(require_admin)
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def parse_body(model: type[Model], body: dict[str, Any], what: str) -> Model:
+    """A JSON body as ``model``, or HTTP 422 with one line naming the field (``what``: "round", "team", ...)."""
+    from trojanscope.leaderboard.services import one_line_validation
+
+    try:
+        return model(**body)
+    except ValidationError as exc:
+        raise HTTPException(422, one_line_validation(exc, what)) from None
+    except TypeError:
+        raise HTTPException(422, f"{what}: body must be a JSON object") from None

@@ -7,11 +7,10 @@ from typing import Any
 
 from fastapi import APIRouter, Body, HTTPException, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from trojanscope.leaderboard import services
-from trojanscope.leaderboard.deps import AdminFlag, AdminOnly, BearerDep, SessionDep, SettingsDep
+from trojanscope.leaderboard.deps import AdminFlag, AdminOnly, BearerDep, SessionDep, SettingsDep, parse_body
 
 router = APIRouter(prefix="/api/rounds", tags=["rounds"])
 
@@ -27,13 +26,7 @@ def create_round(s: SessionDep, body: dict[str, Any] = Body(..., examples=[{
         "name": "r1", "title": "Round 1", "train": "/zoos/r1-train", "test": "/zoos/r1-test",
         "holdout": "/zoos/r1-holdout", "target_ce": 0.3465}])) -> dict[str, Any]:
     """Register a round (organiser). Zoo folders must exist on the server; ``status`` is ``open`` or ``pending``."""
-    try:
-        spec = services.RoundIn(**body)
-    except ValidationError as exc:
-        raise HTTPException(422, services.one_line_validation(exc, "round")) from None
-    except TypeError:
-        raise HTTPException(422, "round: body must be a JSON object") from None
-    return services.round_view(s, services.create_round(s, spec))
+    return services.round_view(s, services.create_round(s, parse_body(services.RoundIn, body, "round")))
 
 
 @router.get("/{name}")
@@ -67,12 +60,7 @@ def harvest_next(name: str, s: SessionDep, body: dict[str, Any] = Body(..., exam
     again resumes it."""
     from trojanscope.leaderboard import harvests
 
-    try:
-        spec = harvests.HarvestIn(**body)
-    except ValidationError as exc:
-        raise HTTPException(422, services.one_line_validation(exc, "harvest")) from None
-    except TypeError:
-        raise HTTPException(422, "harvest: body must be a JSON object") from None
+    spec = parse_body(harvests.HarvestIn, body, "harvest")
     return harvests.harvest_view(harvests.request_harvest(s, name, spec))
 
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, HTTPException
-from pydantic import ValidationError
+from fastapi import APIRouter, Body
 
 from trojanscope.leaderboard import services
-from trojanscope.leaderboard.deps import AdminFlag, AdminOnly, SessionDep
+from trojanscope.leaderboard.deps import AdminFlag, AdminOnly, SessionDep, parse_body
 
 router = APIRouter(prefix="/api/teams", tags=["teams"])
 
@@ -16,11 +15,7 @@ router = APIRouter(prefix="/api/teams", tags=["teams"])
 @router.post("", status_code=201, dependencies=[AdminOnly])
 def create_team(s: SessionDep, body: dict[str, Any] = Body(..., examples=[{"name": "team-a"}])) -> dict[str, Any]:
     """Create a team (organiser). The response holds the team's token; it is stored hashed and never shown again."""
-    try:
-        spec = services.TeamIn(**body)
-    except ValidationError as exc:
-        raise HTTPException(422, services.one_line_validation(exc, "team")) from None
-    team, token = services.create_team(s, spec.name)
+    team, token = services.create_team(s, parse_body(services.TeamIn, body, "team").name)
     return {"id": team.id, "name": team.name, "token": token}
 
 
