@@ -1,7 +1,7 @@
 """Transfer to a generator trojanscope never saw: build a Round-5-style zoo from a non-shipped preset, save it
 as TrojAI's whole-module pickles, and score the shipped detectors on it through the harness.
 
-    TROJANSCOPE_DATA=../shared/data HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/foreign.py \
+    TROJANSCOPE_DATA=/path/to/data HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/foreign.py \
         --out /tmp/foreign [--count 40] [--split test] [--detectors default] [--workers 1]
 
 The preset (``benchmarks/foreign/round5-foreign.toml``) keeps round5-cpu's head shapes but changes what a
