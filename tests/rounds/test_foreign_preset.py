@@ -10,14 +10,14 @@ import pytest
 
 from trojanscope.detectors.features.candidates import character_candidates, phrase_candidates
 from trojanscope.rounds.preset import load_preset
+from trojanscope.triggers.catalog import POOLS, load_pool, read_pool_file
 
 ROOT = Path(__file__).resolve().parents[2]
 FOREIGN = ROOT / "benchmarks" / "foreign"
-POOLS = ROOT / "src" / "trojanscope" / "triggers" / "pools"
 
 
 def _items(path: Path) -> set[str]:
-    return {line.strip().lower() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")}
+    return {item.lower() for item in read_pool_file(path)}
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def test_foreign_preset_loads_and_differs_from_round5_cpu(foreign):
 def test_foreign_pools_are_in_no_packaged_pool_and_no_scan_candidate(foreign):
     words, phrases = _items(FOREIGN / "words.txt"), _items(FOREIGN / "phrases.txt")
     assert len(words) >= 20 and len(phrases) >= 10
-    packaged = set().union(*(_items(p) for p in POOLS.glob("*.txt")))
+    packaged = {item.lower() for name in POOLS.names() for item in load_pool(name)}
     assert not (words | phrases) & packaged
     scanned = {p.lower() for p in phrase_candidates()} | set(character_candidates())
     assert not (words | phrases) & scanned
