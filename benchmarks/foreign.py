@@ -15,6 +15,10 @@ Steps (each resumes): 1. ``make_zoo`` into OUT/zoo; 2. ``export_zoo`` to OUT/zoo
 ``model_factories.py``, reduced configs); 3. for each detector, the harness (neutral copies, shuffled order)
 into OUT/eval-NAME, printing CE with its 95% CI, ROC-AUC, Brier, the mean detection time, and the per-factor
 breakdown (trigger type, head, adversarial, source corpus) of the first detector.
+
+A second foreign generator, ``--preset benchmarks/foreign/round5-foreign2.toml`` (UCI sentences, its own pools
+``words2.txt`` / ``phrases2.txt``, lr 2e-3, batch 128, 4 or 7 epochs), is the development zoo: recipes are
+compared on it (``benchmarks/transfer.py`` with it as a test-only group), so that round5-foreign stays held out.
 Cost on 2 CPU cores: encoding the two corpora once (~7 min, cached in TROJANSCOPE_CACHE), ~35 s per model to
 build, 10-30 s per model to detect.
 """

@@ -14,7 +14,10 @@ and "round5-cpu" can be one group or two) and its role (train or test). Then, fo
 2. union fit: fit on every train zoo, score each group's test zoos (how a detector shipped for all presets
    does on each).
 
-Features come from ``benchmarks/detection.py``'s per-zoo cache (OUT/features-<zoo folder>.json, keyed by each
+Each test line also counts the models whose features lie further from the union fit's training centre than
+any training model's (the detector's "features outside fit" warning, docs/detectors.md).
+
+Features come from ``benchmarks/detection.py``'s per-zoo cache (OUT/features-<parent>-<zoo folder>.json, keyed by each
 model's model.pt hash and each family's code), so a rerun after adding a zoo computes only the new models.
 Nothing is chosen on test zoos: C, calibration and eps come from cross-validation on the train side. The union
 fit of the registered ``default`` is saved as OUT/default-union.json with its ``detect fit`` command.
@@ -90,7 +93,8 @@ def main(argv: list[str] | None = None) -> None:
 
     data = []  # (group, role, path, feature rows, labels, model folders) of each zoo's released models
     for group, role, path in args.zoo:
-        names, rows, labels, _ = features_for(path, args.out / f"features-{path.name}.json", args.workers, families)
+        cache = args.out / f"features-{path.parent.name}-{path.name}.json"  # OUT/zoo and OTHER/zoo stay apart
+        names, rows, labels, _ = features_for(path, cache, args.workers, families)
         released = {d.name: d for d in released_model_dirs(path)}  # what `detect fit` fits on, too
         keep = [i for i, n in enumerate(names) if n in released]
         data.append((group, role, path, [rows[i] for i in keep], [int(labels[i]) for i in keep],
@@ -136,7 +140,8 @@ def main(argv: list[str] | None = None) -> None:
         for g in groups:
             te_rows, te_y = stack(lambda gg, role, g=g: gg == g and role == "test")
             if te_rows:
-                print(line(g, det, te_rows, te_y))
+                outside = sum(clf.outside(clf.vector(r)[None, :]) is not None for r in te_rows)
+                print(line(g, det, te_rows, te_y) + f"  features outside fit {outside}/{len(te_rows)}")
         if name == "default":
             train = [(p, dirs) for _, role, p, _, _, dirs in data if role == "train"]
             # what `detect fit` records too: the fit domain (classes, architectures, head shapes) of its models

@@ -91,3 +91,26 @@ def test_backwards_cross_validation_never_inverts_the_classifier():
     assert clf.platt_a >= 0
     p = clf.predict_proba(np.array([[0.0], [1.0]]))
     assert p[1] >= p[0]
+
+
+def test_a_model_further_out_than_every_training_model_is_named_outside_the_fit():
+    f, y = _data()
+    clf = MetaClassifier.fit(f, y, ["a", "b", "c", "d"])
+    distances = clf.novelty(f)
+    assert clf.novelty_max == pytest.approx(distances.max())
+    assert all(clf.outside(row) is None for row in f)  # no training model is further out than the furthest
+    very_far = np.asarray(clf.mean) + np.asarray(clf.scale) * np.array([5.0, -5.0, 9.0, 5.0])
+    note = clf.outside(very_far)
+    assert note is not None and note.startswith("features further from the fit's models than any of its 80")
+    assert "furthest: c z=+6.0" in note  # clipped at Z_CLIP, largest first
+
+
+def test_parameters_fitted_before_the_novelty_bound_load_and_never_flag():
+    f, y = _data()
+    d = MetaClassifier.fit(f, y, ["a", "b", "c", "d"]).to_dict()
+    d.pop("novelty_max")
+    old = MetaClassifier.from_dict(d)
+    assert old.novelty_max is None and old.outside(np.full(4, 1e6)) is None
+    d["novelty_max"] = -1.0
+    with pytest.raises(ConfigError, match="novelty_max"):
+        MetaClassifier.from_dict(d)

@@ -1,6 +1,6 @@
-"""The foreign-generator preset of benchmarks/foreign.py is only a transfer check if nothing a detector was
-fitted with or scans for is in it: its trigger pools share no item with the packaged pools or with the
-scan's generic candidates, and its recipe differs from round5-cpu's where the benchmark says it does."""
+"""The foreign-generator presets of benchmarks/foreign.py are only a transfer check if nothing a detector was
+fitted with or scans for is in them: their trigger pools share no item with the packaged pools, with the scan's
+generic candidates or with each other, and their recipes differ from round5-cpu's where the benchmark says."""
 
 from __future__ import annotations
 
@@ -14,30 +14,45 @@ from trojanscope.triggers.catalog import POOLS, load_pool, read_pool_file
 
 ROOT = Path(__file__).resolve().parents[2]
 FOREIGN = ROOT / "benchmarks" / "foreign"
+# preset file -> its word and phrase pools (round5-foreign: held out; round5-foreign2: development)
+PRESETS = {
+    "round5-foreign.toml": ("words.txt", "phrases.txt"),
+    "round5-foreign2.toml": ("words2.txt", "phrases2.txt"),
+}
 
 
 def _items(path: Path) -> set[str]:
     return {item.lower() for item in read_pool_file(path)}
 
 
-@pytest.fixture
-def foreign(monkeypatch):
-    monkeypatch.chdir(ROOT)  # the preset names its pools relative to the project root
-    return load_preset(FOREIGN / "round5-foreign.toml")[0]
+@pytest.fixture(params=sorted(PRESETS))
+def foreign(request, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the presets name their pools relative to the project root
+    return request.param, load_preset(FOREIGN / request.param)[0]
 
 
 def test_foreign_preset_loads_and_differs_from_round5_cpu(foreign):
+    _, preset = foreign
     r5 = load_preset("round5-cpu")[0]
-    assert foreign.name == "round5-foreign"
-    assert foreign.head.architecture == r5.head.architecture  # same head shapes ...
-    assert foreign.head.hidden_size == r5.head.hidden_size
-    assert foreign.training.lr != r5.training.lr  # ... another schedule and corpora
-    assert not set(foreign.training.epochs) & set(r5.training.epochs)
-    assert {s.corpus for s in foreign.data.sources}.isdisjoint({s.corpus for s in r5.data.sources})
+    assert preset.name.startswith("round5-foreign")
+    assert preset.head.architecture == r5.head.architecture  # same head shapes ...
+    assert preset.head.hidden_size == r5.head.hidden_size
+    assert preset.training.lr != r5.training.lr  # ... another schedule and corpora
+    assert preset.training.batch_size != r5.training.batch_size
+    assert not set(preset.training.epochs) & set(r5.training.epochs)
+    assert {s.corpus for s in preset.data.sources}.isdisjoint({s.corpus for s in r5.data.sources})
+
+
+def test_foreign_presets_differ_from_each_other():
+    one, two = (load_preset(FOREIGN / name)[0] for name in sorted(PRESETS))
+    assert one.seed != two.seed
+    assert one.training.lr != two.training.lr and not set(one.training.epochs) & set(two.training.epochs)
+    assert {s.corpus for s in one.data.sources}.isdisjoint({s.corpus for s in two.data.sources})
 
 
 def test_foreign_pools_are_in_no_packaged_pool_and_no_scan_candidate(foreign):
-    words, phrases = _items(FOREIGN / "words.txt"), _items(FOREIGN / "phrases.txt")
+    words_file, phrases_file = PRESETS[foreign[0]]
+    words, phrases = _items(FOREIGN / words_file), _items(FOREIGN / phrases_file)
     assert len(words) >= 20 and len(phrases) >= 10
     packaged = {item.lower() for name in POOLS.names() for item in load_pool(name)}
     assert not (words | phrases) & packaged
@@ -45,10 +60,15 @@ def test_foreign_pools_are_in_no_packaged_pool_and_no_scan_candidate(foreign):
     assert not (words | phrases) & scanned
 
 
+def test_the_two_foreign_generators_share_no_trigger():
+    pools = [{item for f in files for item in _items(FOREIGN / f)} for files in PRESETS.values()]
+    assert not pools[0] & pools[1]
+
+
 def test_foreign_words_are_not_scanned_in_the_default_encoders_vocabulary():
     from trojanscope.detectors.features.scan import PhraseScan
     from trojanscope.encoders import get_encoder
 
-    words = _items(FOREIGN / "words.txt")
+    words = {item for words_file, _ in PRESETS.values() for item in _items(FOREIGN / words_file)}
     scanned = {text.lower() for _, text in PhraseScan(progress=False).candidates(get_encoder("minilm"))}
     assert len(scanned) > 800 and not words & scanned  # the shipped default scans 600 words, 200 phrases

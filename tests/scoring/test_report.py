@@ -220,3 +220,15 @@ def test_no_small_n_warning_from_20_models(tmp_path: Path) -> None:
     evaluate(zoo, tmp_path / "run", detector="constant", progress=False)
     _, md_path = write_report(tmp_path / "run")
     assert "Warning" not in md_path.read_text()
+
+
+def test_fit_rows_split_shape_and_feature_notes_apart() -> None:
+    shape = "out of fit: classes 3 not in the fit (2)"
+    feats = "out of fit: features further from the fit's models than any of its 80 (mean |z| 2.10 > 1.50; ...)"
+    scored = pd.DataFrame({"model_name": list("abcde"), "probability": [0.9, 0.2, 0.3, 0.4, 0.6],
+                           "ground_truth": pd.array([1, 0, 0, 1, 1], dtype="Int64"),
+                           "reason": ["", shape, feats, f"{shape}; {feats}", None]})
+    table = factor_table(scored, pd.DataFrame({"model_name": list("abcde")})).set_index(["factor", "level"])
+    assert table.loc[("fit domain", "seen shape"), "n"] == 3 and table.loc[("fit domain", "unseen shape"), "n"] == 2
+    assert table.loc[("fit features", "typical features"), "n"] == 3
+    assert table.loc[("fit features", "features outside fit"), "n"] == 2

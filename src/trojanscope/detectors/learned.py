@@ -241,8 +241,12 @@ class MetaDetector(Detector):
         from trojanscope.detectors import domain
 
         feats = compute_features(inputs, _families(self.families, self.family_params_))
-        p = float(clf.predict_proba(clf.vector(feats)[None, :])[0])
+        vec = clf.vector(feats)[None, :]
+        p = float(clf.predict_proba(vec)[0])
         notes = domain.out_of_fit(getattr(self, "trained_on_", {}).get("domain"), inputs)
+        far = clf.outside(vec)
+        if far is not None:
+            notes.append(far)
         return Detection(probability=p, features=feats, warnings=[f"out of fit: {n}" for n in notes])
 
     def score_features(self, rows: Sequence[dict[str, float]]) -> np.ndarray:

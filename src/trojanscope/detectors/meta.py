@@ -6,10 +6,16 @@ features (the cross-entropy of the Platt-calibrated out-of-fold probabilities), 
 on the out-of-fold decision values of the chosen ``C``, and probabilities are clipped to [ε, 1−ε] with ε
 in [0.01, 0.1] chosen on the same out-of-fold probabilities (and never below 1/(n+2) for n training
 models), so one confident mistake costs at most −ln ε.
+
+It also keeps how far its training models lie from their own centre (``novelty_max``: the largest mean |z|
+over the standardised features of any training model). A model further out than every training model is
+*outside the fit* in feature space, even when its shape was seen: :meth:`MetaClassifier.outside` says so.
+For a model drawn like the training models that happens with probability about 1/(n+1).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -82,6 +88,7 @@ class MetaClassifier:
     cv_cross_entropy: float
     cv_roc_auc: float
     n_train: int
+    novelty_max: float | None = None  # largest training-model mean |z| (None: parameters fitted before it)
 
     @classmethod
     def fit(cls, features: np.ndarray, labels: np.ndarray, names: list[str], seed: int = 0) -> MetaClassifier:
@@ -126,11 +133,13 @@ class MetaClassifier:
         # out-of-fold fit was perfect, ε went to 0.01 and one test mistake then cost -ln 0.01 = 4.6 nats.
         eps = float(np.clip(max(eps, 1.0 / (len(y) + 2)), EPS_GRID[0], EPS_GRID[-1]))
         mean, scale = stats(np.arange(len(y)))
-        coef, b = _fit_lr(_standardise(f, mean, scale), y, c)
+        z = _standardise(f, mean, scale)
+        coef, b = _fit_lr(z, y, c)
         return cls(
             feature_names=list(names), mean=mean.tolist(), scale=scale.tolist(), coef=coef.tolist(), intercept=b,
             platt_a=a, platt_b=pb, eps=float(eps), C=float(c),
             cv_cross_entropy=_ce(y, np.clip(p_oof, eps, 1 - eps)), cv_roc_auc=_auc(y, oof), n_train=len(y),
+            novelty_max=float(np.abs(z).mean(axis=1).max()),
         )
 
     def vector(self, features: dict[str, float]) -> np.ndarray:
@@ -146,14 +155,33 @@ class MetaClassifier:
         p = _sigmoid(self.platt_a * self.decision(f) + self.platt_b)
         return np.clip(p, self.eps, 1 - self.eps)
 
+    def novelty(self, f: np.ndarray) -> np.ndarray:
+        """Mean |z| of rows of ``f`` over the standardised (clipped) features: distance from the training centre."""
+        z = _standardise(np.atleast_2d(f), np.asarray(self.mean), np.asarray(self.scale))
+        return np.abs(z).mean(axis=1)
+
+    def outside(self, f: np.ndarray, top: int = 3) -> str | None:
+        """One line if the feature vector ``f`` lies further from the training centre than every training model
+        did (naming the features furthest out), else None; None too for parameters fitted before this."""
+        if self.novelty_max is None:
+            return None
+        z = _standardise(np.atleast_2d(f), np.asarray(self.mean), np.asarray(self.scale))[0]
+        d = float(np.abs(z).mean())
+        if d <= self.novelty_max:
+            return None
+        far = ", ".join(f"{self.feature_names[i]} z={z[i]:+.1f}" for i in np.argsort(-np.abs(z))[:top])
+        return (f"features further from the fit's models than any of its {self.n_train} (mean |z| {d:.2f} > "
+                f"{self.novelty_max:.2f}; furthest: {far})")
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MetaClassifier:
         """Rebuild from JSON, checking every field's type and shape (the file is untrusted)."""
+        optional = {"novelty_max"}  # absent from files written before it
         try:
-            obj = cls(**{k: d[k] for k in cls.__dataclass_fields__})
+            obj = cls(**{k: d[k] for k in cls.__dataclass_fields__ if k not in optional or k in d})
             n = len(obj.feature_names)
             if not (len(obj.mean) == len(obj.scale) == len(obj.coef) == n) or n == 0:
                 raise ValueError(f"{n} feature names but {len(obj.mean)}/{len(obj.scale)}/{len(obj.coef)} values")
@@ -165,6 +193,9 @@ class MetaClassifier:
                 raise ValueError("non-finite number")
             if not 0 < obj.eps < 0.5:
                 raise ValueError(f"eps {obj.eps} outside (0, 0.5)")
+            if obj.novelty_max is not None and not (isinstance(obj.novelty_max, (int, float))
+                                                    and math.isfinite(obj.novelty_max) and obj.novelty_max >= 0):
+                raise ValueError(f"novelty_max {obj.novelty_max!r} is not a finite number >= 0")
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(
                 f"detector parameters are malformed ({exc}); refit with 'trojanscope detect fit'"

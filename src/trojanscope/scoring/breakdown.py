@@ -102,17 +102,25 @@ def factor_table(scored: pd.DataFrame, metadata: pd.DataFrame) -> pd.DataFrame:
 
 
 OUT_OF_FIT = "out of fit"
+FEATURES_OUT = "out of fit: features"  # learned detectors: features further out than any training model's
 
 
 def _fit_domain_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """Scores split by whether the detector said a model lay outside its parameters' fit ("seen" / "unseen")."""
+    """Scores split by whether the detector said a model lay outside its parameters' fit: by shape ("seen" /
+    "unseen"; classes, architecture and modality count as shape) and, separately, by features (typical /
+    further out than every training model)."""
     if "reason" not in frame.columns:
         return []
-    unseen = frame["reason"].fillna("").astype(str).str.startswith(OUT_OF_FIT)
-    if not unseen.any():
-        return []
-    return [{"factor": "fit domain", "column": "reason", "level": level, **_metrics(frame[mask])}
-            for level, mask in (("seen shape", ~unseen), ("unseen shape", unseen)) if mask.any()]
+    notes = frame["reason"].fillna("").astype(str).str.split("; ")
+    unseen = notes.map(lambda ns: any(n.startswith(OUT_OF_FIT) and not n.startswith(FEATURES_OUT) for n in ns))
+    unusual = notes.map(lambda ns: any(n.startswith(FEATURES_OUT) for n in ns))
+    rows = []
+    for factor, flagged, levels in (("fit domain", unseen, ("seen shape", "unseen shape")),
+                                    ("fit features", unusual, ("typical features", "features outside fit"))):
+        if flagged.any():
+            rows += [{"factor": factor, "column": "reason", "level": level, **_metrics(frame[mask])}
+                     for level, mask in zip(levels, (~flagged, flagged), strict=True) if mask.any()]
+    return rows
 
 
 def _sort_key(level: str) -> tuple[int, float | str]:
