@@ -24,6 +24,12 @@ def test_registry_lists_learned_detectors():
     assert out.exit_code == 0
     for name in [*LEARNED, "constant", "random"]:
         assert name in out.output
+    # each shipped file says whether it carries the feature-novelty bound (docs/detectors.md)
+    shipped = [line for line in out.output.splitlines() if "shipped parameters fitted on" in line]
+    assert len(shipped) == 2
+    bounded = [load_detector(n).classifier_.novelty_max is not None for n in ("default", "image-default")]
+    for line, has in zip(shipped, bounded, strict=True):
+        assert ("warns on features further out" in line) == has and ("no feature-novelty bound" in line) != has
 
 
 def test_meta_detector_needs_what_its_families_read():

@@ -122,7 +122,8 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         det, n = fit_on_zoo(zoo_dir, detector, out, workers=workers, limit=limit, executor=executor)
         clf = det.classifier_
         typer.echo(f"fitted {detector} on {n} models: C={clf.C:g}, eps={clf.eps:g}, "
-                   f"cross-validated CE {clf.cv_cross_entropy:.4f}, ROC-AUC {clf.cv_roc_auc:.4f}; wrote {out}")
+                   f"cross-validated CE {clf.cv_cross_entropy:.4f}, ROC-AUC {clf.cv_roc_auc:.4f}, "
+                   f"novelty bound mean |z| {clf.novelty_max:.2f}; wrote {out}")
 
     @app.command("detectors", help="List the registered detectors with one-line descriptions.")
     def detectors() -> None:
@@ -132,6 +133,10 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         for name in DETECTORS.names():
             typer.echo(f"{name:<{width}} {DETECTORS.help(name)}")  # aligned to the longest name
             if getattr(DETECTORS.get(name), "shipped", None):
-                fitted = getattr(load_detector(name), "trained_on_", {})
+                shipped = load_detector(name)
+                fitted = getattr(shipped, "trained_on_", {})
+                bound = getattr(getattr(shipped, "classifier_", None), "novelty_max", None)
+                novelty = ("warns on features further out than any training model's" if bound is not None else
+                           "no feature-novelty bound (fitted before it; refit with `detect fit` to get one)")
                 typer.echo(f"{'':<{width}} shipped parameters fitted on {fitted.get('n_models', '?')} "
-                           f"{fitted.get('preset', '')} models: {domain.describe(fitted.get('domain'))}")
+                           f"{fitted.get('preset', '')} models: {domain.describe(fitted.get('domain'))}; {novelty}")
