@@ -146,9 +146,12 @@ class MetaClassifier:
         """The feature vector in training order; a feature this model lacks takes the training median."""
         return np.asarray([features.get(n, m) for n, m in zip(self.feature_names, self.mean, strict=True)], float)
 
+    def _z(self, f: np.ndarray) -> np.ndarray:
+        """Rows of ``f`` standardised (and clipped) as the classifier reads them."""
+        return _standardise(np.atleast_2d(f), np.asarray(self.mean), np.asarray(self.scale))
+
     def decision(self, f: np.ndarray) -> np.ndarray:
-        z = _standardise(np.atleast_2d(f), np.asarray(self.mean), np.asarray(self.scale))
-        return z @ np.asarray(self.coef) + self.intercept
+        return self._z(f) @ np.asarray(self.coef) + self.intercept
 
     def predict_proba(self, f: np.ndarray) -> np.ndarray:
         """Calibrated, clipped P(trojaned) for rows of ``f``."""
@@ -157,15 +160,14 @@ class MetaClassifier:
 
     def novelty(self, f: np.ndarray) -> np.ndarray:
         """Mean |z| of rows of ``f`` over the standardised (clipped) features: distance from the training centre."""
-        z = _standardise(np.atleast_2d(f), np.asarray(self.mean), np.asarray(self.scale))
-        return np.abs(z).mean(axis=1)
+        return np.abs(self._z(f)).mean(axis=1)
 
     def outside(self, f: np.ndarray, top: int = 3) -> str | None:
         """One line if the feature vector ``f`` lies further from the training centre than every training model
         did (naming the features furthest out), else None; None too for parameters fitted before this."""
         if self.novelty_max is None:
             return None
-        z = _standardise(np.atleast_2d(f), np.asarray(self.mean), np.asarray(self.scale))[0]
+        z = self._z(f)[0]
         d = float(np.abs(z).mean())
         if d <= self.novelty_max:
             return None
