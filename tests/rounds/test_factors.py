@@ -126,3 +126,41 @@ def test_pair_triggers_draw_pair_fraction_and_one2one_plans_do_not_change(preset
             assert t.fraction == preset.triggers.pair_fraction[lv["fraction"]]
     assert all(p == q for p, q in singles)  # clean and one2one models draw exactly what they drew before
     assert all(t.fraction in preset.triggers.fraction for p, _ in singles for t in p.triggers)
+
+
+NON_TRIGGER = ("embedding", "source_dataset", "model_architecture", "hidden_size", "n_layers", "bidirectional",
+               "dropout", "adversarial_training_method", "adversarial_training_ratio", "adversarial_eps",
+               "adversarial_training_iteration_count", "epoch_budget")
+
+
+def test_matched_pairs_share_every_non_trigger_factor_and_leave_independent_draws_unchanged(preset) -> None:
+    matched = preset.model_copy(update={"design": "matched-pairs"})
+    plans = [draw_plan(matched, "train", i) for i in range(80)]
+    for a, b in zip(plans[::2], plans[1::2], strict=True):
+        assert a.poisoned != b.poisoned
+        assert {k: a.factors.get(k) for k in NON_TRIGGER} == {k: b.factors.get(k) for k in NON_TRIGGER}
+        assert {k: a.levels.get(k) for k in NON_TRIGGER} == {k: b.levels.get(k) for k in NON_TRIGGER}
+        assert a.seed != b.seed  # data sample and initialisation stay each model's own
+    arch = [p.factors["model_architecture"] for p in plans]
+    assert len(set(arch)) > 1  # pairs differ from one another: the design still varies the factors
+    trojaned = sorted(p.factors["model_architecture"] for p in plans if p.poisoned)
+    assert trojaned == sorted(p.factors["model_architecture"] for p in plans if not p.poisoned)
+    # the default design draws per model, exactly as every zoo made before the option existed
+    assert preset.design == "independent"
+    assert [draw_plan(preset, "train", i) for i in range(10)] == [
+        draw_plan(preset.model_copy(update={"design": "independent"}), "train", i) for i in range(10)]
+    assert any(draw_plan(preset, "train", i).factors != p.factors for i, p in enumerate(plans[:20]))
+
+
+def test_matched_pairs_needs_a_fifty_percent_round() -> None:
+    from pydantic import ValidationError
+
+    data = load_preset("round5-cpu")[0].model_dump()
+    data.update(design="matched-pairs", poisoned_fraction=0.3)
+    with pytest.raises(ValidationError, match="matched-pairs.*poisoned_fraction = 0.5"):
+        type(load_preset("round5-cpu")[0]).model_validate(data)
+
+
+def test_shipped_dynasent_is_matched_and_its_v4_still_draws_independently() -> None:
+    new, old = load_preset("dynasent-cpu")[0], load_preset("dynasent-cpu@4")[0]
+    assert (new.version, new.design, old.version, old.design) == (5, "matched-pairs", 4, "independent")

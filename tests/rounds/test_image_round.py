@@ -37,6 +37,15 @@ def test_image_plans_are_deterministic_balanced_and_in_range() -> None:
     assert not test_seeds & {p.seed for p in plans}
 
 
+def test_image_matched_pairs_share_the_network_factors() -> None:
+    preset = load_preset("round1-cpu")[0].model_copy(update={"design": "matched-pairs"})
+    plans = [draw_image_plan(preset, "train", i) for i in range(40)]
+    for a, b in zip(plans[::2], plans[1::2], strict=True):
+        assert a.poisoned != b.poisoned and a.seed != b.seed
+        assert a.factors | {"trigger_organization": None} == b.factors | {"trigger_organization": None}
+    assert len({p.factors["width"] for p in plans}) > 1
+
+
 def test_bad_image_preset_values_are_named(tmp_path, image_preset_text) -> None:
     cases = {
         r"seed = 1\n": ("seed = 1\ntransform = { twirl = [0, 1] }\n", "unknown transform range 'twirl'"),

@@ -199,6 +199,10 @@ def test_ternary_round_end_to_end(tmp_path, data_root, preset_text) -> None:
     make_zoo(path, "test", 2, out, data_root=data_root, cache_path=tmp_path / "c.sqlite", progress=False)
     meta = pd.read_csv(out / "METADATA.csv")
     assert len(meta) == 2 and meta["poisoned"].astype(bool).sum() == 1
+    shared = ["model_architecture", "hidden_size", "dropout", "epoch_budget", "adversarial_training_method"]
+    assert (meta[shared].nunique(dropna=False) == 1).all(), "matched pair: one clean, one trojaned, same factors"
+    sizes = {(d / "model.pt").stat().st_size for d in list_model_dirs(out)}
+    assert len(sizes) == 1, f"a matched pair's model files differ in size: {sizes}"
     for d in list_model_dirs(out):
         assert load_model(d / "model.pt", n_classes=3) is not None
         names = {p.name.split("_example_")[0] for p in (d / "clean_example_data").iterdir()}

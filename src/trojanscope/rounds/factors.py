@@ -3,7 +3,10 @@
 Every model gets one master seed, ``SeedSequence(preset.seed, spawn_key=(split, index))``, so
 splits draw from disjoint seed streams and a model's factors do not depend on ``--count``.
 Poisoning is balanced in blocks (pairs for a 50% round) so any prefix of a zoo is close to the
-preset's prevalence. Clean and poisoned models draw every non-trigger factor identically.
+preset's prevalence. Clean and poisoned models draw every non-trigger factor identically: per model
+(``design = "independent"``), or once per block pair (``design = "matched-pairs"``), so that models 2k
+and 2k+1 (one clean, one trojaned) share every non-trigger factor and no factor, nor anything that
+follows from one (file size, parameter count, time per epoch), differs between the labels even by chance.
 """
 
 from __future__ import annotations
@@ -55,6 +58,22 @@ def is_poisoned(preset: Preset, split: str, index: int) -> bool:
     return pos in set(rng.permutation(block)[:n_poisoned].tolist())
 
 
+PAIR_KEY = 1 << 28  # spawn-key slot of matched pairs' shared factor draws
+
+
+def design_rng(preset: Any, split: str, index: int, model_rng: np.random.Generator) -> np.random.Generator:
+    """The generator that draws model ``index``'s non-trigger factors.
+
+    ``independent``: the model's own generator (the draw order every older zoo was made with).
+    ``matched-pairs``: one generator per pair ``index // 2``, fresh for each model of the pair, so both models
+    (one clean, one trojaned: ``is_poisoned`` balances 50% rounds in pairs) draw the same levels.
+    """
+    if getattr(preset, "design", "independent") != "matched-pairs":
+        return model_rng
+    ss = np.random.SeedSequence(preset.seed, spawn_key=(SPLITS.index(split), PAIR_KEY, index // 2))
+    return np.random.default_rng(ss)
+
+
 def pick_level(rng: np.random.Generator, levels: list) -> tuple[Any, int]:
     i = int(rng.integers(len(levels)))
     return levels[i], i
@@ -75,11 +94,12 @@ def draw_plan(preset: Preset, split: str, index: int) -> ModelPlan:
     # Kept whole: the order of the draws from `rng` below defines every zoo's factors, and one function
     # makes that order visible (reordering them would silently change existing zoos).
     rng, seed = model_rng(preset, split, index)
+    shared = design_rng(preset, split, index, rng)
     factors: dict[str, Any] = {}
     levels: dict[str, int] = {}
 
     def draw(name: str, choices: list) -> Any:
-        factors[name], levels[name] = pick_level(rng, list(choices))
+        factors[name], levels[name] = pick_level(shared, list(choices))
         return factors[name]
 
     draw("embedding", preset.encoder.choices)

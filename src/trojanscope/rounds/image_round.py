@@ -27,7 +27,15 @@ from trojanscope.fsutil import atomic_dir
 from trojanscope.models.architectures import HeadSpec
 from trojanscope.models.store import save_head
 from trojanscope.rounds.build import BuildOutcome, Timing, is_accepted, machine_info
-from trojanscope.rounds.factors import ModelPlan, is_poisoned, model_rng, pick_level, redraw_seed, source_target_pairs
+from trojanscope.rounds.factors import (
+    ModelPlan,
+    design_rng,
+    is_poisoned,
+    model_rng,
+    pick_level,
+    redraw_seed,
+    source_target_pairs,
+)
 from trojanscope.rounds.preset import ImagePreset
 from trojanscope.rounds.training import Adversarial, predict_logits, train_head
 from trojanscope.rounds.writer import outcome_columns, pick_examples, write_prediction_csvs, write_records
@@ -95,6 +103,7 @@ def _downscale(rgb: np.ndarray, shorter: int) -> np.ndarray:
 def draw_image_plan(preset: ImagePreset, split: str, index: int) -> ModelPlan:
     """The factors of image model ``index`` of ``split``; deterministic in (preset, split, index)."""
     rng, seed = model_rng(preset, split, index)
+    shared = design_rng(preset, split, index, rng)
     factors: dict[str, Any] = {}
     levels: dict[str, int] = {}
     m = preset.model
@@ -104,7 +113,7 @@ def draw_image_plan(preset: ImagePreset, split: str, index: int) -> ModelPlan:
         ("stages", m.stages),
         ("dropout", m.dropout),
     ):
-        factors[name], levels[name] = pick_level(rng, list(choices))
+        factors[name], levels[name] = pick_level(shared, list(choices))
     poisoned = is_poisoned(preset, split, index)
     organization, org_level = pick_level(rng, preset.triggers.organization)
     factors["trigger_organization"], levels["trigger_organization"] = (

@@ -178,6 +178,14 @@ class AcceptanceSpec(_Spec):
     justification: str = ""
 
 
+def _check_design(preset) -> None:
+    if preset.design == "matched-pairs" and abs(preset.poisoned_fraction - 0.5) > 1e-9:
+        raise ValueError(
+            f"design = 'matched-pairs' pairs each clean model with a trojaned one, so it needs poisoned_fraction = 0.5 "
+            f"(got {preset.poisoned_fraction}): set poisoned_fraction = 0.5 or design = 'independent'"
+        )
+
+
 class Preset(_Spec):
     name: str
     modality: Literal["text"] = "text"
@@ -187,6 +195,12 @@ class Preset(_Spec):
     n_classes: int = Field(ge=2)
     class_names: list[str] | None = None
     poisoned_fraction: Fraction = 0.5
+    design: Literal["independent", "matched-pairs"] = Field(
+        "independent",
+        description="how non-trigger factors are drawn: per model ('independent') or once per clean/trojaned pair "
+        "('matched-pairs': models 2k and 2k+1 share architecture, sizes, training factors, so every factor's "
+        "distribution is the same for both labels; needs poisoned_fraction = 0.5)",
+    )
     seed: int = 0
     examples_per_class: int = Field(20, gt=0)
     encoder: EncoderSpec
@@ -206,6 +220,7 @@ class Preset(_Spec):
             raise ValueError(f"class_names has {len(self.class_names)} names for n_classes = {self.n_classes}")
         if "pair-one2one" in self.triggers.organization and self.n_classes < 2:
             raise ValueError("pair-one2one needs at least 2 classes")
+        _check_design(self)
         return self
 
 
@@ -290,6 +305,12 @@ class ImagePreset(_Spec):
     notes: str = ""
     n_classes: int = Field(ge=2)
     poisoned_fraction: Fraction = 0.5
+    design: Literal["independent", "matched-pairs"] = Field(
+        "independent",
+        description="how non-trigger factors are drawn: per model ('independent') or once per clean/trojaned pair "
+        "('matched-pairs': models 2k and 2k+1 share architecture, sizes, training factors, so every factor's "
+        "distribution is the same for both labels; needs poisoned_fraction = 0.5)",
+    )
     seed: int = 0
     examples_per_class: int = Field(20, gt=0)
     requires: str = Field("", description="what the preset needs beyond the base install (said when it is missing)")
@@ -303,6 +324,7 @@ class ImagePreset(_Spec):
     def _text_only_training(self) -> ImagePreset:
         if self.training.epochs is not None:
             raise ValueError("training.epochs (a fixed epoch budget) is implemented for text presets only")
+        _check_design(self)
         return self
 
 
