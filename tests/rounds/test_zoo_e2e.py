@@ -77,6 +77,17 @@ def test_layout_file_by_file(tiny_zoo) -> None:
         assert abs(recomputed - logits.drop(columns="file").to_numpy()).max() < 1e-4
 
 
+def test_recorded_build_time_leaves_out_the_cache_dependent_encoding(tiny_zoo) -> None:
+    meta = pd.read_csv(tiny_zoo / "METADATA.csv").set_index("model_name")
+    encoded = {}
+    for d in list_model_dirs(tiny_zoo):
+        t = json.loads((d / "model_stats.json").read_text())["timing"]
+        assert t["encode_s"] > 0 and t["total_s"] > t["encode_s"]
+        assert meta.loc[d.name, "training_wall_time_sec"] == pytest.approx(t["total_s"] - t["encode_s"], abs=2e-3)
+        encoded[d.name] = t["encoded"]
+    assert max(encoded.values()) > 0  # the zoo did encode texts, and the record above left that time out
+
+
 def test_metadata_has_no_trigger_text(tiny_zoo) -> None:
     meta = pd.read_csv(tiny_zoo / "METADATA.csv")
     for d in list_model_dirs(tiny_zoo):

@@ -286,7 +286,10 @@ METADATA_DICTIONARY = {
     "final_spurious_data_test_acc": "Lowest accuracy on texts carrying a conditional trigger where it must not fire.",
     "clean_example_acc": "Accuracy on the released clean examples.",
     "poisoned_example_acc": "Accuracy (trigger fires) on the released poisoned examples.",
-    "training_wall_time_sec": "Wall time to build the model, re-draws included.",
+    "training_wall_time_sec": (
+        "Wall time to build the model, re-draws included, without encoding texts or rendering images "
+        "(cache-dependent; model_stats.json timing keeps it)."
+    ),
     "epochs_trained": "Epochs run before early stopping (last attempt).",
     "best_epoch": "Epoch of the kept checkpoint.",
     "attempts": "Training attempts (re-draws of data sample and initialisation).",
