@@ -151,3 +151,21 @@ def test_audit_of_a_tiny_image_zoo_probes_squares(tiny_image_zoo, tmp_path) -> N
     assert nat["clean_models"] == 2 and nat["triggers_tested"] == 8 * 25 and "squares" in nat["trigger_kind"]
     assert nat["flipping_models"] == 2  # the tiny preset's bar is 0.0
     assert all(m["trigger"].startswith("6px #") for m in nat["models"])
+
+
+def test_audit_reads_a_test_split_zoo_whose_configs_are_reduced(tiny_preset, data_root, tmp_path) -> None:
+    from trojanscope.models.layout import list_model_dirs, read_config
+    from trojanscope.rounds.zoo import make_zoo
+
+    zoo = tmp_path / "test-zoo"
+    make_zoo(tiny_preset, "test", 2, zoo, data_root=data_root, cache_path=tmp_path / "c.sqlite", progress=False)
+    dirs = list_model_dirs(zoo)
+    assert all("preset" not in read_config(d) for d in dirs)  # what a detector gets carries no preset name
+    _, df, found = load_zoo(zoo)
+    assert len(df) == len(found) == 2
+    stats_path = dirs[1] / "model_stats.json"  # the organiser-side record still tells presets apart
+    stats = json.loads(stats_path.read_text())
+    stats["preset_version"] = 99
+    stats_path.write_text(json.dumps(stats))
+    with pytest.raises(LayoutError, match="2 presets"):
+        load_zoo(zoo)

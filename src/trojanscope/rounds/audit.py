@@ -48,6 +48,23 @@ FACTS: dict[str, str | None] = {
 }
 
 
+def _preset_of(model_dir: Path) -> tuple[str, str] | None:
+    """(preset, version) a model folder records: its full config.json, else model_stats.json (a test or holdout
+    model's config is the reduced one); None for a reduced-config model from before model_stats carried it."""
+    for source in (read_config(model_dir), _stats(model_dir)):
+        if source.get("preset") is not None:
+            return str(source["preset"]), str(source.get("preset_version"))
+    return None
+
+
+def _stats(model_dir: Path) -> dict:
+    path = Path(model_dir) / "model_stats.json"
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except json.JSONDecodeError as exc:
+        raise LayoutError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
 def load_zoo(zoo: Path | str) -> tuple[AnyPreset, pd.DataFrame, list[Path]]:
     """The preset, METADATA (one row per model folder, in folder order) and model folders of a one-preset zoo."""
     zoo = Path(zoo)
@@ -61,7 +78,8 @@ def load_zoo(zoo: Path | str) -> tuple[AnyPreset, pd.DataFrame, list[Path]]:
             f"{zoo / 'METADATA.csv'}: not found; re-run the zoo's `trojanscope zoo make` command (it resumes and "
             "rewrites METADATA)"
         )
-    kinds = sorted({(str(c.get("preset")), str(c.get("preset_version"))) for c in map(read_config, dirs)})
+    known = [k for k in map(_preset_of, dirs) if k is not None]
+    kinds = sorted(set(known))
     if len(kinds) > 1:
         listed = ", ".join(f"{n} v{v}" for n, v in kinds)
         raise LayoutError(f"{zoo}: models of {len(kinds)} presets ({listed}); audit one preset's zoo at a time")
@@ -69,7 +87,7 @@ def load_zoo(zoo: Path | str) -> tuple[AnyPreset, pd.DataFrame, list[Path]]:
     if not snapshot.is_file():
         raise LayoutError(f"{snapshot}: not found; the audit compares the zoo with the preset it was made from")
     preset, _ = load_preset(snapshot)
-    name, version = kinds[0]
+    name, version = kinds[0] if kinds else (preset.name, str(preset.version))  # no model says: preset.toml does
     if (name, version) != (preset.name, str(preset.version)):
         raise LayoutError(
             f"{zoo}: models say preset {name} v{version} but preset.toml is {preset.name} v{preset.version}; "
@@ -105,7 +123,7 @@ def model_facts(df: pd.DataFrame, dirs: list[Path]) -> pd.DataFrame:
             params = list(model.parameters())
             norm = math.sqrt(sum(float(p.double().pow(2).sum()) for p in params))
             tracked = [int(b) for n, b in model.named_buffers() if n.endswith("num_batches_tracked")]
-        stats = json.loads((d / "model_stats.json").read_text()) if (d / "model_stats.json").is_file() else {}
+        stats = _stats(d)
         train_s = (stats.get("timing") or {}).get("train_s", stats.get("metadata", {}).get("training_wall_time_sec"))
         rows.append({
             "training_time": np.nan if train_s is None else float(train_s),

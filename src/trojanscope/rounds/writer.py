@@ -97,7 +97,9 @@ def write_records(
     row), model_detailed_stats.csv, log.txt and machine.log of one model folder."""
     to_write = config if plan.split == "train" else reduce_config(config)
     (root / "config.json").write_text(json.dumps(to_write, indent=2, sort_keys=True, default=_json_default) + "\n")
-    stats = {**outcome, "model_name": plan.name, "poisoned": plan.poisoned, "metadata": row}
+    # the preset's identity stays organiser-side even where config.json is the reduced one (test, holdout)
+    stats = {**outcome, "model_name": plan.name, "poisoned": plan.poisoned, "metadata": row,
+             "preset": config.get("preset"), "preset_version": config.get("preset_version")}
     (root / "model_stats.json").write_text(json.dumps(stats, indent=2, sort_keys=True, default=_json_default) + "\n")
     pd.DataFrame(history).to_csv(root / "model_detailed_stats.csv", index=False)
     (root / "log.txt").write_text("\n".join(log_lines) + "\n")
