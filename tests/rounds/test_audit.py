@@ -169,3 +169,21 @@ def test_audit_reads_a_test_split_zoo_whose_configs_are_reduced(tiny_preset, dat
     stats_path.write_text(json.dumps(stats))
     with pytest.raises(LayoutError, match="2 presets"):
         load_zoo(zoo)
+
+
+def test_matched_pair_factors_are_counted_once_per_pair() -> None:
+    from trojanscope.rounds.factors import draw_plan
+
+    preset = load_preset("dynasent-cpu")[0]
+    assert preset.design == "matched-pairs"
+    plans = [draw_plan(preset, "train", i) for i in range(40)]
+    df = pd.DataFrame([{"model_name": p.name, "poisoned": p.poisoned,
+                        "trigger_organization": p.factors["trigger_organization"],
+                        **{f"{k}_level": v for k, v in p.levels.items()}} for p in plans])
+    rows = {r["factor"]: r for r in factor_marginals(preset, df)}
+    arch = rows["model_architecture"]
+    assert arch["n"] == 20 and arch["counted"] == "once per matched pair"
+    assert arch["p_vs_label"] == pytest.approx(1.0)  # both labels drew the same architectures
+    assert rows["poisoned"]["n"] == 40 and "counted" not in rows["trigger_organization"]
+    independent = factor_marginals(preset.model_copy(update={"design": "independent"}), df)
+    assert next(r for r in independent if r["factor"] == "model_architecture")["n"] == 40

@@ -207,13 +207,16 @@ def factor_marginals(preset: AnyPreset, df: pd.DataFrame) -> list[dict[str, Any]
     """Chi-square of each factor's drawn levels against the design, and of the levels against the label.
 
     Only models where the factor applies count (level >= 0). A pair-one2one trigger draws its fraction
-    from ``pair_fraction`` when the preset has one, so fraction is then tested on one2one models only.
+    from ``pair_fraction`` when the preset has one, so fraction is then tested on one2one models only. In a
+    ``matched-pairs`` round a non-trigger factor is drawn once per pair (models 2k and 2k+1), so the test
+    against the design counts each pair once: counting both models would double every deviation.
     """
     from scipy.stats import chi2_contingency
 
     y = df["poisoned"].astype(bool).to_numpy()
     n_p = int(y.sum())
     out = [_chi_row("poisoned", [len(y) - n_p, n_p], [1 - preset.poisoned_fraction, preset.poisoned_fraction])]
+    paired = getattr(preset, "design", "independent") == "matched-pairs"
     for column, k in _design_levels(preset).items():
         lv = f"{column}_level"
         if k < 2 or lv not in df:
@@ -224,10 +227,15 @@ def factor_marginals(preset: AnyPreset, df: pd.DataFrame) -> list[dict[str, Any]
         if not len(sub):
             continue
         levels = sub[lv].astype(int).to_numpy()
-        counts = np.bincount(levels, minlength=k)[:k].tolist()
-        row = _chi_row(column, counts, [1 / k] * k)
-        labels = sub["poisoned"].astype(bool).to_numpy()
         trojan_only = column == "trigger_organization" or column.startswith("triggers_")
+        drawn = sub
+        if paired and not trojan_only:
+            drawn = sub.assign(_pair=_model_index(sub["model_name"]) // 2).drop_duplicates("_pair")
+        counts = np.bincount(drawn[lv].astype(int).to_numpy(), minlength=k)[:k].tolist()
+        row = _chi_row(column, counts, [1 / k] * k)
+        if drawn is not sub:
+            row["counted"] = "once per matched pair"
+        labels = sub["poisoned"].astype(bool).to_numpy()
         if not trojan_only and 0 < labels.sum() < len(labels):
             table = np.array([np.bincount(levels[labels == c], minlength=k)[:k] for c in (False, True)])
             table = table[:, table.sum(0) > 0]
@@ -235,6 +243,11 @@ def factor_marginals(preset: AnyPreset, df: pd.DataFrame) -> list[dict[str, Any]
                 row["p_vs_label"] = float(chi2_contingency(table)[1])
         out.append(row)
     return out
+
+
+def _model_index(names: pd.Series) -> np.ndarray:
+    """``id-00000012`` -> 12 (the index the factor draw used)."""
+    return names.astype(str).str.extract(r"(\d+)$", expand=False).astype(int).to_numpy()
 
 
 def _chi_row(column: str, counts: list[int], probs: list[float]) -> dict[str, Any]:
