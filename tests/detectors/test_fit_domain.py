@@ -48,6 +48,25 @@ def test_fit_records_its_domain(weights_params):
     assert all("hidden 256 layers 2 bidirectional" in s for s in domain["shape"])
 
 
+def test_a_text_model_read_through_another_summary_rule_is_outside_the_fit(weights_params, strong_zoo, tmp_path,
+                                                                            capsys):
+    from trojanscope.detectors.runner import run_contract
+
+    domain = json.loads(weights_params.read_text())["trained_on"]["domain"]
+    assert len(domain["input"]) == 1 and domain["input"][0].endswith(", summary mean")
+    model = tmp_path / "cls-model"
+    shutil.copytree(list_model_dirs(strong_zoo)[0], model)
+    cfg = json.loads((model / "config.json").read_text())
+    cfg.update(summary_rule="first", cls_token_is_first=True)  # the [CLS] vector, as round5-cpu-cls heads read
+    (model / "config.json").write_text(json.dumps(cfg))
+    p = run_contract(model / "model.pt", tmp_path / "r.txt", examples_dirpath=model / "clean_example_data",
+                     detector="weights", params=weights_params)
+    assert 0 <= p <= 1
+    err = capsys.readouterr().err
+    assert "out of fit: input " in err and ", summary first not in the fit (" in err, err
+    assert load_detector("default").trained_on_["domain"]["input"] == [domain["input"][0]]  # shipped: mean only
+
+
 def test_shipped_parameters_say_what_they_were_fitted_on():
     for name in ("default", "image-default"):
         det = load_detector(name)

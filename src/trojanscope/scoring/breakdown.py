@@ -107,8 +107,8 @@ FEATURES_OUT = "out of fit: features"  # learned detectors: features further out
 
 def _fit_domain_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Scores split by whether the detector said a model lay outside its parameters' fit: by shape ("seen" /
-    "unseen"; classes, architecture and modality count as shape) and, separately, by features (typical /
-    further out than every training model)."""
+    "unseen"; classes, architecture, modality and a text model's encoder input count as shape) and,
+    separately, by features (typical / further out than every training model)."""
     if "reason" not in frame.columns:
         return []
     notes = frame["reason"].fillna("").astype(str).str.split("; ")

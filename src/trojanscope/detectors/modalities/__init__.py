@@ -29,6 +29,11 @@ class DetectorModality(Protocol):
         """The shape signature of a model (from its safe ``model_info``) recorded in a fit domain."""
         ...
 
+    def domain_input(self, inputs: ModelInputs) -> str | None:
+        """What feeds the model, from its reduced config (text: encoder and summary rule), recorded in a fit
+        domain; None where the shape signature already says it."""
+        ...
+
 
 DETECTOR_MODALITIES: Registry[DetectorModality] = Registry("modality")
 DETECTOR_MODALITIES.register("text", "trojanscope.detectors.modalities.text:TEXT", help="text classifiers")

@@ -20,5 +20,8 @@ class ImageDetectors:
     def domain_shape(self, info: dict[str, Any]) -> str:
         return f"{info['architecture']} input {info['input_size']}"
 
+    def domain_input(self, inputs: ModelInputs) -> str | None:
+        return None  # the input side is part of the shape signature
+
 
 IMAGE = ImageDetectors()

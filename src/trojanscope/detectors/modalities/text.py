@@ -23,5 +23,13 @@ class TextDetectors:
         direction = "bidirectional" if info.get("bidirectional") else "unidirectional"
         return f"{arch} hidden {info['hidden_size']} layers {info['n_layers']} {direction}"
 
+    def domain_input(self, inputs: ModelInputs) -> str | None:
+        # the same vector the features read: an encoder's [CLS] token and its mean-pooled tokens differ in scale
+        config = inputs.config
+        encoder = config.get("embedding_flavor") or config.get("embedding") or "unknown encoder"
+        first = config.get("cls_token_is_first") if inputs.cls_token_is_first is None else inputs.cls_token_is_first
+        rule = config.get("summary_rule") or ("first" if first else "the encoder's own")
+        return f"{encoder}, summary {rule}"
+
 
 TEXT = TextDetectors()
