@@ -25,7 +25,13 @@ def model_domain(inputs: ModelInputs) -> dict[str, Any]:
     modality = detector_modality(inputs)
     info = model_info(inputs.model_filepath)
     return {"modality": modality.name, "n_classes": int(info["output_size"]), "architecture": info["architecture"],
-            "shape": modality.domain_shape(info), "input": modality.domain_input(inputs)}
+            "shape": modality.domain_shape(info), "input": _input(modality, inputs)}
+
+
+def _input(modality, inputs: ModelInputs) -> str | None:
+    """The modality's ``domain_input``; optional, so a modality plug-in written before it still works."""
+    describe_input = getattr(modality, "domain_input", None)
+    return describe_input(inputs) if describe_input is not None else None
 
 
 def summarize(domains: Iterable[dict[str, Any]]) -> dict[str, list]:

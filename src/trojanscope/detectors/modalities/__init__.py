@@ -31,7 +31,7 @@ class DetectorModality(Protocol):
 
     def domain_input(self, inputs: ModelInputs) -> str | None:
         """What feeds the model, from its reduced config (text: encoder and summary rule), recorded in a fit
-        domain; None where the shape signature already says it."""
+        domain; None where the shape signature already says it. Optional: a facet without it records none."""
         ...
 
 
