@@ -30,6 +30,14 @@ class ModelInputs:
     embedding_filepath: Path | None = None
     cls_token_is_first: bool | None = None
 
+    def encoder_config(self) -> dict[str, Any]:
+        """The reduced config the encoder is rebuilt from: ``--cls_token_is_first`` fills in the summary rule
+        where the config names none (a config that names it wins)."""
+        config = dict(self.config)
+        if "summary_rule" not in config and self.cls_token_is_first is not None:
+            config.setdefault("cls_token_is_first", self.cls_token_is_first)
+        return config
+
 
 @dataclass
 class Detection:

@@ -101,10 +101,7 @@ def build_context(inputs: ModelInputs, cache: Any = None) -> ModelContext:
             f"{inputs.examples_dirpath}: fewer than 2 clean examples named class_{{c}}_example_{{k}}.txt; "
             "pass the model's clean example folder"
         )
-    config = dict(inputs.config)
-    if "summary_rule" not in config and inputs.cls_token_is_first is not None:
-        config.setdefault("cls_token_is_first", inputs.cls_token_is_first)
-    encoder = encoder_for_config(config, inputs.tokenizer_filepath, inputs.embedding_filepath)
+    encoder = encoder_for_config(inputs.encoder_config(), inputs.tokenizer_filepath, inputs.embedding_filepath)
     x = encode_cached(encoder, [t for t, _ in examples], cache if cache is not None else EmbeddingCache())
     y = np.asarray([c for _, c in examples], dtype=np.int64)
     with torch.inference_mode():

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trojanscope.detectors.base import ModelInputs
+from trojanscope.encoders.encoder import config_summary_rule
 from trojanscope.errors import ConfigError, DataError, LayoutError
 
 
@@ -89,7 +90,7 @@ def encoder_source_note(config: dict, tokenizer_filepath: Path | str | None,
         source = f"the embedding folder {embedding}"
     else:
         source = f"embedding_flavor {config.get('embedding_flavor')!r} from config.json"
-    rule = config.get("summary_rule") or ("first" if config.get("cls_token_is_first") else "last")
+    rule = config_summary_rule(config) or "last"
     return f"encoder: {given} not unpickled (pickles run code); using {source}, summary rule {rule!r}"
 
 

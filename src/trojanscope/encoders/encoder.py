@@ -344,6 +344,15 @@ def _as_dir(value: Any, what: str) -> Path | None:
     raise EncoderError(f"{path}: {what} does not exist; pass a Hugging Face model folder or leave it out")
 
 
+def config_summary_rule(config: Mapping) -> str | None:
+    """The summary rule a (reduced) config names: ``summary_rule``, else TrojAI's ``cls_token_is_first``
+    (True → "first", False → "last"); None when it names neither (the encoder's own rule applies)."""
+    rule = config.get("summary_rule")
+    if rule is None and "cls_token_is_first" in config:
+        rule = "first" if config["cls_token_is_first"] in (True, "True", "true", 1) else "last"
+    return rule
+
+
 def encoder_for_config(config: Mapping, tokenizer_filepath: Any = None, embedding_filepath: Any = None) -> Encoder:
     """Rebuild the encoder a model was trained with from its (reduced) config.
 
@@ -354,9 +363,7 @@ def encoder_for_config(config: Mapping, tokenizer_filepath: Any = None, embeddin
     if not isinstance(config, Mapping):
         raise ConfigError(f"model config must be a mapping, got {type(config).__name__}")
     flavor = config.get("embedding_flavor")
-    rule = config.get("summary_rule")
-    if rule is None and "cls_token_is_first" in config:
-        rule = "first" if config["cls_token_is_first"] in (True, "True", "true", 1) else "last"
+    rule = config_summary_rule(config)
     if rule is not None and rule not in SUMMARY_RULES:
         raise ConfigError(f"config summary_rule {rule!r} is unknown; use one of: {', '.join(SUMMARY_RULES)}")
     max_length = config.get("embedding_max_length")

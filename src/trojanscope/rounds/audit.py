@@ -78,8 +78,7 @@ def load_zoo(zoo: Path | str) -> tuple[AnyPreset, pd.DataFrame, list[Path]]:
             f"{zoo / 'METADATA.csv'}: not found; re-run the zoo's `trojanscope zoo make` command (it resumes and "
             "rewrites METADATA)"
         )
-    known = [k for k in map(_preset_of, dirs) if k is not None]
-    kinds = sorted(set(known))
+    kinds = sorted({k for k in map(_preset_of, dirs) if k is not None})
     if len(kinds) > 1:
         listed = ", ".join(f"{n} v{v}" for n, v in kinds)
         raise LayoutError(f"{zoo}: models of {len(kinds)} presets ({listed}); audit one preset's zoo at a time")
@@ -216,7 +215,7 @@ def factor_marginals(preset: AnyPreset, df: pd.DataFrame) -> list[dict[str, Any]
     y = df["poisoned"].astype(bool).to_numpy()
     n_p = int(y.sum())
     out = [_chi_row("poisoned", [len(y) - n_p, n_p], [1 - preset.poisoned_fraction, preset.poisoned_fraction])]
-    paired = getattr(preset, "design", "independent") == "matched-pairs"
+    paired = preset.design == "matched-pairs"
     for column, k in _design_levels(preset).items():
         lv = f"{column}_level"
         if k < 2 or lv not in df:
@@ -230,7 +229,8 @@ def factor_marginals(preset: AnyPreset, df: pd.DataFrame) -> list[dict[str, Any]
         trojan_only = column == "trigger_organization" or column.startswith("triggers_")
         drawn = sub
         if paired and not trojan_only:
-            drawn = sub.assign(_pair=_model_index(sub["model_name"]) // 2).drop_duplicates("_pair")
+            pair = sub["model_name"].map(lambda name: int(str(name).split("-")[-1]) // 2)  # id-00000012 -> 6
+            drawn = sub[~pair.duplicated()]
         counts = np.bincount(drawn[lv].astype(int).to_numpy(), minlength=k)[:k].tolist()
         row = _chi_row(column, counts, [1 / k] * k)
         if drawn is not sub:
@@ -243,11 +243,6 @@ def factor_marginals(preset: AnyPreset, df: pd.DataFrame) -> list[dict[str, Any]
                 row["p_vs_label"] = float(chi2_contingency(table)[1])
         out.append(row)
     return out
-
-
-def _model_index(names: pd.Series) -> np.ndarray:
-    """``id-00000012`` -> 12 (the index the factor draw used)."""
-    return names.astype(str).str.extract(r"(\d+)$", expand=False).astype(int).to_numpy()
 
 
 def _chi_row(column: str, counts: list[int], probs: list[float]) -> dict[str, Any]:

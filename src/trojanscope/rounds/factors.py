@@ -68,7 +68,7 @@ def design_rng(preset: Any, split: str, index: int, model_rng: np.random.Generat
     ``matched-pairs``: one generator per pair ``index // 2``, fresh for each model of the pair, so both models
     (one clean, one trojaned: ``is_poisoned`` balances 50% rounds in pairs) draw the same levels.
     """
-    if getattr(preset, "design", "independent") != "matched-pairs":
+    if preset.design != "matched-pairs":
         return model_rng
     ss = np.random.SeedSequence(preset.seed, spawn_key=(SPLITS.index(split), PAIR_KEY, index // 2))
     return np.random.default_rng(ss)

@@ -178,7 +178,14 @@ class AcceptanceSpec(_Spec):
     justification: str = ""
 
 
-def _check_design(preset) -> None:
+Design = Annotated[Literal["independent", "matched-pairs"], Field(
+    description="how non-trigger factors are drawn: per model ('independent') or once per clean/trojaned pair "
+    "('matched-pairs': models 2k and 2k+1 share architecture, sizes, training factors, so every factor's "
+    "distribution is the same for both labels; needs poisoned_fraction = 0.5)",
+)]
+
+
+def _check_design(preset: Preset | ImagePreset) -> None:
     if preset.design == "matched-pairs" and abs(preset.poisoned_fraction - 0.5) > 1e-9:
         raise ValueError(
             f"design = 'matched-pairs' pairs each clean model with a trojaned one, so it needs poisoned_fraction = 0.5 "
@@ -195,12 +202,7 @@ class Preset(_Spec):
     n_classes: int = Field(ge=2)
     class_names: list[str] | None = None
     poisoned_fraction: Fraction = 0.5
-    design: Literal["independent", "matched-pairs"] = Field(
-        "independent",
-        description="how non-trigger factors are drawn: per model ('independent') or once per clean/trojaned pair "
-        "('matched-pairs': models 2k and 2k+1 share architecture, sizes, training factors, so every factor's "
-        "distribution is the same for both labels; needs poisoned_fraction = 0.5)",
-    )
+    design: Design = "independent"
     seed: int = 0
     examples_per_class: int = Field(20, gt=0)
     encoder: EncoderSpec
@@ -305,12 +307,7 @@ class ImagePreset(_Spec):
     notes: str = ""
     n_classes: int = Field(ge=2)
     poisoned_fraction: Fraction = 0.5
-    design: Literal["independent", "matched-pairs"] = Field(
-        "independent",
-        description="how non-trigger factors are drawn: per model ('independent') or once per clean/trojaned pair "
-        "('matched-pairs': models 2k and 2k+1 share architecture, sizes, training factors, so every factor's "
-        "distribution is the same for both labels; needs poisoned_fraction = 0.5)",
-    )
+    design: Design = "independent"
     seed: int = 0
     examples_per_class: int = Field(20, gt=0)
     requires: str = Field("", description="what the preset needs beyond the base install (said when it is missing)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trojanscope.detectors.base import ModelInputs
+from trojanscope.encoders.encoder import config_summary_rule
 
 
 class TextDetectors:
@@ -25,10 +26,9 @@ class TextDetectors:
 
     def domain_input(self, inputs: ModelInputs) -> str | None:
         # the same vector the features read: an encoder's [CLS] token and its mean-pooled tokens differ in scale
-        config = inputs.config
+        config = inputs.encoder_config()
         encoder = config.get("embedding_flavor") or config.get("embedding") or "unknown encoder"
-        first = config.get("cls_token_is_first") if inputs.cls_token_is_first is None else inputs.cls_token_is_first
-        rule = config.get("summary_rule") or ("first" if first else "the encoder's own")
+        rule = config_summary_rule(config) or "the encoder's own"
         return f"{encoder}, summary {rule}"
 
 
