@@ -5,7 +5,8 @@
         [--train /tmp/zoos/r5-train] [--generate 16 --split test] [--workers 2]
 
 ``--generate N`` makes (or resumes) N models of ``round5-cpu`` into ``--ordinary`` and N of
-``round5-cpu-evasive`` into ``--evasive`` first; both presets share their seed, so model i of one zoo
+``round5-cpu-evasive`` into ``--evasive`` first (``--ordinary-preset`` / ``--evasive-preset`` name other
+versions, e.g. ``round5-cpu@5`` and ``round5-cpu-evasive@2``); both presets share their seed, so model i of one zoo
 has the same factors, trigger and data as model i of the other (a paired comparison).
 
 Printed:
@@ -72,6 +73,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path("/tmp/evasion-bench"))
     ap.add_argument("--train", type=Path, default=None, help="an ordinary train zoo: fit every family there")
     ap.add_argument("--generate", type=int, default=0, help="make/resume this many models of each preset first")
+    ap.add_argument("--ordinary-preset", default="round5-cpu", help="with --generate (e.g. round5-cpu@5)")
+    ap.add_argument("--evasive-preset", default="round5-cpu-evasive", help="with --generate (e.g. ...-evasive@2)")
     ap.add_argument("--split", default="test")
     ap.add_argument("--workers", type=int, default=1)
     args = ap.parse_args(argv)
@@ -79,8 +82,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.generate:
         from trojanscope.rounds.zoo import make_zoo
 
-        make_zoo("round5-cpu", args.split, args.generate, args.ordinary, workers=args.workers)
-        make_zoo("round5-cpu-evasive", args.split, args.generate, args.evasive, workers=args.workers)
+        make_zoo(args.ordinary_preset, args.split, args.generate, args.ordinary, workers=args.workers)
+        make_zoo(args.evasive_preset, args.split, args.generate, args.evasive, workers=args.workers)
 
     ordinary = pd.read_csv(args.ordinary / "METADATA.csv")
     evasive = pd.read_csv(args.evasive / "METADATA.csv")

@@ -146,10 +146,11 @@ def test_matched_pairs_share_every_non_trigger_factor_and_leave_independent_draw
     trojaned = sorted(p.factors["model_architecture"] for p in plans if p.poisoned)
     assert trojaned == sorted(p.factors["model_architecture"] for p in plans if not p.poisoned)
     # the default design draws per model, exactly as every zoo made before the option existed
-    assert preset.design == "independent"
-    assert [draw_plan(preset, "train", i) for i in range(10)] == [
-        draw_plan(preset.model_copy(update={"design": "independent"}), "train", i) for i in range(10)]
-    assert any(draw_plan(preset, "train", i).factors != p.factors for i, p in enumerate(plans[:20]))
+    old = load_preset("round5-cpu@5")[0]
+    assert old.design == "independent"
+    assert [draw_plan(old, "train", i) for i in range(10)] == [
+        draw_plan(old.model_copy(update={"design": "independent"}), "train", i) for i in range(10)]
+    assert any(draw_plan(old, "train", i).factors != p.factors for i, p in enumerate(plans[:20]))
 
 
 def test_matched_pairs_needs_a_fifty_percent_round() -> None:
@@ -164,3 +165,16 @@ def test_matched_pairs_needs_a_fifty_percent_round() -> None:
 def test_shipped_dynasent_is_matched_and_its_v4_still_draws_independently() -> None:
     new, old = load_preset("dynasent-cpu")[0], load_preset("dynasent-cpu@4")[0]
     assert (new.version, new.design, old.version, old.design) == (5, "matched-pairs", 4, "independent")
+
+
+def test_shipped_round5_cpu_is_matched_with_one_attempt_and_its_v5_still_loads() -> None:
+    """v6: pairs share their non-trigger factors, a miss is a redraw rather than a retry inside the model
+    (trojaned models retried more often, so attempts and summed training time told the label), and the
+    one2one fraction 0.1 (where word triggers missed the bar most) is gone; the evasive twin follows."""
+    new, old = load_preset("round5-cpu")[0], load_preset("round5-cpu@5")[0]
+    assert (new.version, new.design, new.training.max_attempts) == (6, "matched-pairs", 1)
+    assert (old.version, old.design, old.training.max_attempts) == (5, "independent", 3)
+    assert min(new.triggers.fraction) == 0.2 and min(old.triggers.fraction) == 0.1
+    evasive = load_preset("round5-cpu-evasive")[0]
+    assert (evasive.version, evasive.design, evasive.training.max_attempts) == (3, "matched-pairs", 1)
+    assert load_preset("round5-cpu-evasive@2")[0].design == "independent"
