@@ -47,6 +47,10 @@ def test_harvest_keeps_what_fools_the_detector_and_records_it(tmp_path, preset_t
     r1 = harvest(preset, "test", 2, tmp_path / "round2", detector="constant", candidates=2, data_root=data_root,
                  cache_path=cache, parent=tmp_path / "round1", natural_trojan_check=False, progress=False)
     assert r1.lineage["parent"]["path"] == str((tmp_path / "round1").resolve())
+    # round 2's candidates are new models: past every index round 1 used (its pool was id-0 .. id-3)
+    assert r1.lineage["candidate_indices"] == [4, 5] and r0.lineage["candidate_indices"] == [0, 3]
+    assert sorted(p.name for p in (tmp_path / "round2" / "candidates" / "models").iterdir()) == [
+        "id-00000004", "id-00000005"]
     chain = lineage_chain(tmp_path / "round2")
     assert [c["detector"] for c in chain] == ["constant", "random"]
     with pytest.raises(SystemExit) as done:
@@ -172,3 +176,61 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, preset_text, capsys)
     assert exc.value.code != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:")
+
+
+def _pool(probs: dict[int, tuple[float, float]], drop: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Candidates of a matched-pairs preset: pair k is id-(2k) and id-(2k+1), one clean and one trojaned
+    (which one is which alternates, as is_poisoned does), with P(trojaned) = (clean member, trojaned member)."""
+    rows = []
+    for k, (p_clean, p_troj) in probs.items():
+        troj_first = k % 2 == 0
+        for i, poisoned in ((2 * k, troj_first), (2 * k + 1, not troj_first)):
+            p = p_troj if poisoned else p_clean
+            rows.append({"model_name": f"id-{i:08d}", "poisoned": poisoned, "probability": p})
+    df = pd.DataFrame(rows)
+    return df[~df["model_name"].isin(drop)]
+
+
+def test_pair_harvest_keeps_whole_pairs_the_detector_ranks_most_wrongly():
+    from trojanscope.dynamic.harvest import select_pairs
+
+    # pair 1: clean scored far above trojaned (most wrong); pair 3: slightly wrong; pairs 0, 2: right
+    pool = _pool({0: (0.1, 0.9), 1: (0.8, 0.2), 2: (0.3, 0.6), 3: (0.5, 0.45)})
+    kept = select_pairs(pool, 4, "pool")
+    assert sorted(kept["model_name"]) == ["id-00000002", "id-00000003", "id-00000006", "id-00000007"]
+    assert kept["poisoned"].sum() == 2  # prevalence exactly one half, each pair one of each
+    # a pair whose member failed validation is never kept, even when it is the hardest
+    kept = select_pairs(_pool({0: (0.1, 0.9), 1: (0.8, 0.2), 3: (0.5, 0.45)}, drop=("id-00000003",)), 2, "pool")
+    assert sorted(kept["model_name"]) == ["id-00000006", "id-00000007"]
+    with pytest.raises(ConfigError, match="only 1 whole pairs .* raise --candidates"):
+        select_pairs(_pool({1: (0.8, 0.2), 3: (0.5, 0.45)}, drop=("id-00000003",)), 4, "pool")
+    with pytest.raises(ConfigError, match="--count must be even"):
+        select_pairs(pool, 3, "pool")
+
+
+def test_a_matched_pairs_harvest_refuses_an_odd_count_before_generating(tmp_path, preset_text):
+    preset = tmp_path / "pairs.toml"
+    preset.write_text(preset_text(**{r"poisoned_fraction = 0.5": 'poisoned_fraction = 0.5\ndesign = "matched-pairs"'}))
+    with pytest.raises(ConfigError, match="--count must be even, got 3"):
+        harvest(preset, "test", 3, tmp_path / "r", detector="random")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_a_matched_pairs_round_is_harvested_in_pairs(tmp_path, preset_text, data_root):
+    preset = tmp_path / "pairs.toml"
+    preset.write_text(preset_text(**{r"poisoned_fraction = 0.5": 'poisoned_fraction = 0.5\ndesign = "matched-pairs"'}))
+
+    def scorer(cand_dir):  # pair 1 (id-2, id-3) is ranked backwards: its clean member scores 0.9, its trojan 0.1
+        meta = pd.read_csv(cand_dir / "METADATA.csv")
+        wrong = meta["model_name"].isin(["id-00000002", "id-00000003"])
+        p = meta["poisoned"].map({True: 0.1, False: 0.9}).where(wrong, 0.5)
+        return pd.DataFrame({"model_name": meta["model_name"], "probability": p})
+
+    r = harvest(preset, "test", 2, tmp_path / "r1", scores=scorer, scored_by="fixed", candidates=4,
+                data_root=data_root, cache_path=tmp_path / "c.sqlite", natural_trojan_check=False, progress=False)
+    meta = pd.read_csv(tmp_path / "r1" / "candidates" / "METADATA.csv").set_index("model_name")
+    kept = sorted(r.kept["model_name"])
+    assert kept == ["id-00000002", "id-00000003"] and r.lineage["selection"] == "pairs"
+    a, b = (meta.loc[n] for n in kept)
+    assert a["poisoned"] != b["poisoned"] and a["model_architecture"] == b["model_architecture"]

@@ -22,6 +22,9 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         candidates: int = typer.Option(None, help="Models generated to harvest from; default 3 x --count."),
         parent: Path = typer.Option(None, help="Round N's folder, recorded as this round's parent in lineage.json."),
         threshold: float = typer.Option(0.5, help="P(trojaned) that counts as flagged when deciding who fooled it."),
+        first_index: int = typer.Option(None, "--first-index", help="First candidate's model index in the preset's "
+                                        "split stream; default: past every index --parent used (else 0), so a new "
+                                        "round never regenerates its parent's models."),
         workers: int = typer.Option(1, help="Processes for generation and detection."),
         data_root: Path = typer.Option(None, help="Corpora folder; default $TROJANSCOPE_DATA."),
         cache: Path = typer.Option(None, help="Embedding cache (SQLite) file; default $TROJANSCOPE_CACHE."),
@@ -42,7 +45,8 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         scores_sha = file_sha256(scores) if scores is not None and scores.is_file() else None
         res = harvest(preset, split, count, out, detector=detector, params=params, scores=scores,
                       scored_by=scored_by, scored_by_sha256=scores_sha, candidates=candidates, parent=parent,
-                      threshold=threshold, workers=workers, data_root=data_root, cache_path=cache, progress=not quiet)
+                      threshold=threshold, first_index=first_index, workers=workers, data_root=data_root,
+                      cache_path=cache, progress=not quiet)
         lin = res.lineage
         detector = lin["detector"]
         cand, kept = lin["detector_on_candidates"], lin["detector_on_round"]

@@ -11,7 +11,9 @@ contract a submission gets), and keeps
 up to the round's size and prevalence. Candidates that fooled the detector (P < threshold for a
 trojaned model, P >= threshold for a clean one) are taken first; when there are not enough, the round is
 filled with the hardest of the rest and every model records whether it fooled the detector, so the
-yield is never overstated. Every kept model is *validated*: it must be ``converged`` (a trojaned model
+yield is never overstated. A preset with ``design = "matched-pairs"`` is harvested in whole pairs, the
+pairs the detector ranks most wrongly first (:func:`select_pairs`), so the kept round keeps its factor
+balance exactly. Every kept model is *validated*: it must be ``converged`` (a trojaned model
 met the attack-success bar on held-out triggered texts; a clean one met the clean bar) and pass
 ``validate`` (by default: no bar missed, see :func:`default_validation`); a clean model must also show
 no natural trojan (no trigger of the round's pools, or for images no one-colour square, flips it at the
@@ -30,6 +32,7 @@ and the detector's run over it (``OUT/harvest-eval``) are kept and resumed by re
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -117,6 +120,7 @@ def harvest(
     candidates_dir: Path | str | None = None,
     parent: Path | str | None = None,
     threshold: float = 0.5,
+    first_index: int | None = None,
     workers: int = 1,
     data_root: Path | str | None = None,
     cache_path: Path | str | None = None,
@@ -127,7 +131,9 @@ def harvest(
     """Build a ``count``-model round of ``split`` from ``candidates`` generated models, kept by ``detector``
     (a registered name) or by ``scores`` (see the module docstring; ``scored_by`` names it in the lineage,
     ``scored_by_sha256`` identifies it, e.g. a submission archive's sha256). ``lineage_extra`` is merged
-    into lineage.json."""
+    into lineage.json. The candidates are models ``first_index`` onward of the preset's split stream; by
+    default past every index the parent round used (its models and its own candidates), so round N+1 never
+    regenerates round N's models (model *i* of a preset and split is the same model in every zoo), else 0."""
     from trojanscope.rounds.preset import load_preset
     from trojanscope.rounds.zoo import make_zoo, write_metadata
     from trojanscope.scoring.harness import evaluate
@@ -156,12 +162,17 @@ def harvest(
         params_sha = check_detector(detector, params)
     parent_record = _parent_record(parent)
     spec, _ = load_preset(preset)
+    if spec.design == "matched-pairs" and count % 2:
+        raise ConfigError(f"{spec.name} draws matched pairs and a harvest keeps whole pairs: --count must be even, "
+                          f"got {count}")
     n_trojaned = round(count * spec.poisoned_fraction)
     n_trojaned = min(max(n_trojaned, 1), count - 1)
 
+    if first_index is None:
+        first_index = _past_parent(parent)
     cand_dir = Path(candidates_dir) if candidates_dir is not None else out / "candidates"
     make_zoo(preset, split, candidates, cand_dir, workers=workers, data_root=data_root, cache_path=cache_path,
-             progress=progress)
+             progress=progress, first_index=first_index)
     if scores is None:
         probs = evaluate(cand_dir, out / "harvest-eval", detector=detector, params=params, workers=workers,
                          progress=progress).results
@@ -176,14 +187,8 @@ def harvest(
     if natural_trojan_check:
         natural = _natural_trojans(spec, df[~df["poisoned"]], cand_dir, cache_path)
         df = df[~df["model_name"].isin(natural)]
-    trojaned = df[df["poisoned"]].sort_values(["probability", "model_name"], ascending=[True, True])
-    clean = df[~df["poisoned"]].sort_values(["probability", "model_name"], ascending=[False, True])
-    if len(trojaned) < n_trojaned or len(clean) < count - n_trojaned:
-        raise ConfigError(
-            f"{cand_dir}: only {len(trojaned)} trojaned and {len(clean)} clean candidates passed validation for a "
-            f"round of {n_trojaned} + {count - n_trojaned}; raise --candidates"
-        )
-    kept = pd.concat([trojaned.head(n_trojaned), clean.head(count - n_trojaned)])
+    pairs = spec.design == "matched-pairs"
+    kept = select_pairs(df, count, cand_dir) if pairs else select_models(df, count, n_trojaned, cand_dir)
     kept = kept.assign(
         harvest_probability=kept["probability"],
         harvest_fooled=(kept["poisoned"] & (kept["probability"] < threshold))
@@ -194,11 +199,13 @@ def harvest(
         "preset": spec.name,
         "preset_version": spec.version,
         "split": split,
+        "selection": "pairs" if pairs else "models",
         "detector": detector if detector is not None else scored_by,
         "params": str(params) if params is not None else None,
         "params_sha256": params_sha,
         "threshold": threshold,
         "candidates": int(len(meta)),
+        "candidate_indices": [first_index, first_index + candidates - 1],
         "validated": int(len(df)),
         "kept": int(len(kept)),
         "fooled": int(kept["harvest_fooled"].sum()),
@@ -219,6 +226,44 @@ def harvest(
     atomic_write_text(out / LINEAGE_FILE, json.dumps(lineage, indent=2) + "\n")
     cols = ["model_name", "poisoned", "harvest_probability", "harvest_fooled"]
     return HarvestResult(out=out, generated=len(meta), kept=kept[cols].reset_index(drop=True), lineage=lineage)
+
+
+def select_models(df: pd.DataFrame, count: int, n_trojaned: int, where: Path) -> pd.DataFrame:
+    """The ``n_trojaned`` trojaned candidates scored lowest and the ``count - n_trojaned`` clean ones scored
+    highest (ties by name)."""
+    trojaned = df[df["poisoned"]].sort_values(["probability", "model_name"], ascending=[True, True])
+    clean = df[~df["poisoned"]].sort_values(["probability", "model_name"], ascending=[False, True])
+    if len(trojaned) < n_trojaned or len(clean) < count - n_trojaned:
+        raise ConfigError(
+            f"{where}: only {len(trojaned)} trojaned and {len(clean)} clean candidates passed validation for a "
+            f"round of {n_trojaned} + {count - n_trojaned}; raise --candidates"
+        )
+    return pd.concat([trojaned.head(n_trojaned), clean.head(count - n_trojaned)])
+
+
+def select_pairs(df: pd.DataFrame, count: int, where: Path) -> pd.DataFrame:
+    """Whole matched pairs (models 2k and 2k+1: one clean, one trojaned, the same non-trigger factors), the
+    ``count / 2`` pairs the detector gets most wrong first: largest P(clean member) - P(trojaned member).
+
+    Keeping pairs whole keeps the preset's factor balance exactly (per-model selection would let the kept
+    round's architecture mix drift toward whatever the detector finds hard, a file-level tell), at the cost
+    of a pair whose other member validated poorly: both members must have passed validation."""
+    if count % 2:
+        raise ConfigError(f"a matched-pairs preset keeps whole pairs: --count must be even, got {count}")
+    pair = df["model_name"].map(lambda name: _index(name) // 2)
+    rows = []
+    for key, sub in df.groupby(pair):
+        if sorted(sub["poisoned"]) != [False, True]:
+            continue  # a member missed validation (or the natural-trojan check): the pair is incomplete
+        p = sub.set_index("poisoned")["probability"]
+        rows.append((-(p[False] - p[True]), key))
+    if len(rows) < count // 2:
+        raise ConfigError(
+            f"{where}: only {len(rows)} whole pairs (clean and trojaned member both validated) for a round of "
+            f"{count // 2} pairs; raise --candidates"
+        )
+    chosen = {key for _, key in sorted(rows)[: count // 2]}
+    return df[pair.isin(chosen)]
 
 
 def _read_scores(scores: Scores, cand_dir: Path) -> pd.DataFrame:
@@ -281,6 +326,24 @@ def _parent_record(parent: Path | str | None) -> dict[str, Any] | None:
     if not (parent / "METADATA.csv").is_file():
         raise ConfigError(f"{parent}: parent round not found (no METADATA.csv); pass the folder of round N")
     return {"path": str(parent.resolve()), "lineage": read_lineage(parent) or None}
+
+
+def _index(name: str) -> int | None:
+    """A generated model's index in its split's stream (id-00000012 -> 12); None for any other name."""
+    m = re.fullmatch(r"id-(\d+)", str(name))
+    return int(m.group(1)) if m else None
+
+
+def _past_parent(parent: Path | str | None) -> int:
+    """The first even model index past every index the parent round used: its models and, for a harvested
+    parent, its whole candidate pool (whose later rounds start past it in turn)."""
+    if parent is None:
+        return 0
+    parent = Path(parent)
+    used = [i for i in map(_index, pd.read_csv(parent / "METADATA.csv")["model_name"]) if i is not None]
+    used.append(max(read_lineage(parent).get("candidate_indices") or [-1]))
+    last = max(used)
+    return last + 1 + (last + 1) % 2
 
 
 def lineage_chain(zoo: Path | str) -> list[dict[str, Any]]:

@@ -33,6 +33,11 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
             False, "--keep-failed",
             help="Keep models that miss the bars in the release (converged = False) instead of replacing them."
         ),
+        first_index: int = typer.Option(
+            0, "--first-index",
+            help="First model index (id-NNNNNNNN) of the split's seeded stream. Model i is the same model in "
+                 "every zoo of a preset and split: a zoo of new models starts past the indices others used.",
+        ),
     ) -> None:
         """Generate a round of clean and trojaned classifiers in TrojAI's on-disk layout.
 
@@ -68,6 +73,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
             progress=not quiet,
             on_encode=None if quiet else _say_encoding,
             keep_failed=keep_failed,
+            first_index=first_index,
         )
         if not quiet:
             typer.echo(f"{len(result.built)} models built, {result.skipped} already present in {out}")

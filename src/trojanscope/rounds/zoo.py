@@ -117,8 +117,12 @@ def make_zoo(
     on_model: Callable[[BuildOutcome], None] | None = None,
     on_encode: Callable[[int, str, Path], None] | None = None,
     keep_failed: bool = False,
+    first_index: int = 0,
 ) -> ZooResult:
-    """Generate (or resume) ``count`` models of ``split`` from a preset into ``out``.
+    """Generate (or resume) ``count`` models of ``split`` from a preset into ``out``: models
+    ``first_index`` .. ``first_index + count - 1`` of the split's seeded stream (model *i* is the same model
+    in every zoo of that preset and split, so a zoo meant to hold new models starts past the indices
+    another zoo used; a matched-pairs preset needs an even start, pairs being models 2k and 2k+1).
 
     Released models are converged: one that misses the bars after its attempts is moved to
     ``out/failed/`` and replaced by a fresh draw of the same factor cell (logged in
@@ -134,7 +138,13 @@ def make_zoo(
         raise ConfigError(f"--workers must be at least 1, got {workers}")
     if split not in SPLITS:
         raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if first_index < 0:
+        raise ConfigError(f"--first-index must be 0 or more, got {first_index}")
     preset, raw = load_preset(preset_name)
+    if preset.design == "matched-pairs" and first_index % 2:
+        raise ConfigError(f"{preset.name} draws matched pairs (models 2k and 2k+1): --first-index must be even, "
+                          f"got {first_index}")
+    indices = range(first_index, first_index + count)
     root = resolve_data_root(data_root)
     out = check_writable_dir(out)
     models_dir = out / "models"
@@ -146,9 +156,9 @@ def make_zoo(
     for d in list_model_dirs(out):
         if keep_failed or _converged(d):
             done.add(d.name)
-        elif int(d.name.split("-")[-1]) < count:  # left by a run that stopped before replacing it
+        elif int(d.name.split("-")[-1]) in indices:  # left by a run that stopped before replacing it
             retire_failed(out, d.name, next_draw(out, d.name), _stats(d))
-    todo = [(i, split, keep_failed) for i in range(count) if f"id-{i:08d}" not in done]
+    todo = [(i, split, keep_failed) for i in indices if f"id-{i:08d}" not in done]
     result = ZooResult(out=out, skipped=count - len(todo))
 
     if todo:
