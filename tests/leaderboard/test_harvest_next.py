@@ -141,6 +141,8 @@ def test_bad_harvest_requests_are_one_line_and_store_nothing(client, settings, s
     assert r.status_code == 409 and "no scored submission" in r.json()["detail"]
     r = post(preset="no-such-preset")
     assert r.status_code == 400 and "no-such-preset" in r.json()["detail"]
+    r = post(preset="dynasent-cpu", test=3)  # a matched-pairs preset is harvested in whole pairs
+    assert r.status_code == 400 and "split sizes must be even, got test 3" in r.json()["detail"]
     r = post(name="r1")
     assert r.status_code == 409 and "already exists" in r.json()["detail"]
     for bad, says in (({"test": 1}, "test"), ({"candidates": {"holdout": 4}}, "holdout"),

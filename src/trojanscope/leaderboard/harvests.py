@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from trojanscope.errors import TrojanscopeError
+from trojanscope.errors import ConfigError, TrojanscopeError
 from trojanscope.fsutil import atomic_write_json
 from trojanscope.leaderboard import sandbox
 from trojanscope.leaderboard.db import Harvest, Job, Round, utcnow
@@ -84,7 +84,11 @@ def request_harvest(s: Session, round_name: str, data: HarvestIn) -> Harvest:
     preset = data.preset
     if preset.endswith(".toml") or Path(preset).exists():  # a file on the server: the worker resolves it alike
         preset = str(Path(preset).expanduser().resolve())
-    load_preset(preset)  # an unknown preset is one ConfigError line (HTTP 400)
+    loaded, _ = load_preset(preset)  # an unknown preset is one ConfigError line (HTTP 400)
+    odd = {split: n for split, n in data.sizes().items() if n % 2}
+    if loaded.design == "matched-pairs" and odd:
+        raise ConfigError(f"{loaded.name} draws matched pairs and a harvest keeps whole pairs: split sizes must be "
+                          f"even, got {', '.join(f'{k} {v}' for k, v in odd.items())}")
     lineage_chain(rnd.test_dir)  # round N's test split is the parent: it must be readable
     top = leaderboard(s, rnd, include_holdout=False)
     if not top:
