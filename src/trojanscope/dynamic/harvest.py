@@ -134,6 +134,7 @@ def harvest(
     into lineage.json. The candidates are models ``first_index`` onward of the preset's split stream; by
     default past every index the parent round used (its models and its own candidates), so round N+1 never
     regenerates round N's models (model *i* of a preset and split is the same model in every zoo), else 0."""
+    from trojanscope.rounds.factors import is_matched
     from trojanscope.rounds.preset import load_preset
     from trojanscope.rounds.zoo import make_zoo, write_metadata
     from trojanscope.scoring.harness import evaluate
@@ -162,7 +163,7 @@ def harvest(
         params_sha = check_detector(detector, params)
     parent_record = _parent_record(parent)
     spec, _ = load_preset(preset)
-    if spec.design == "matched-pairs" and count % 2:
+    if is_matched(spec) and count % 2:
         raise ConfigError(f"{spec.name} draws matched pairs and a harvest keeps whole pairs: --count must be even, "
                           f"got {count}")
     n_trojaned = round(count * spec.poisoned_fraction)
@@ -187,7 +188,7 @@ def harvest(
     if natural_trojan_check:
         natural = _natural_trojans(spec, df[~df["poisoned"]], cand_dir, cache_path)
         df = df[~df["model_name"].isin(natural)]
-    pairs = spec.design == "matched-pairs"
+    pairs = is_matched(spec)
     kept = select_pairs(df, count, cand_dir) if pairs else select_models(df, count, n_trojaned, cand_dir)
     kept = kept.assign(
         harvest_probability=kept["probability"],

@@ -73,6 +73,7 @@ def request_harvest(s: Session, round_name: str, data: HarvestIn) -> Harvest:
     """Check the request whole, then store it with its queued ``harvest`` job (nothing is stored on error).
     Re-sending a request whose harvest failed queues the same job again: it resumes where it stopped."""
     from trojanscope.dynamic.harvest import lineage_chain
+    from trojanscope.rounds.factors import is_matched
     from trojanscope.rounds.preset import load_preset
 
     rnd = get_round(s, round_name)
@@ -86,7 +87,7 @@ def request_harvest(s: Session, round_name: str, data: HarvestIn) -> Harvest:
         preset = str(Path(preset).expanduser().resolve())
     loaded, _ = load_preset(preset)  # an unknown preset is one ConfigError line (HTTP 400)
     odd = {split: n for split, n in data.sizes().items() if n % 2}
-    if loaded.design == "matched-pairs" and odd:
+    if is_matched(loaded) and odd:
         raise ConfigError(f"{loaded.name} draws matched pairs and a harvest keeps whole pairs: split sizes must be "
                           f"even, got {', '.join(f'{k} {v}' for k, v in odd.items())}")
     lineage_chain(rnd.test_dir)  # round N's test split is the parent: it must be readable

@@ -30,6 +30,7 @@ import pandas as pd
 from trojanscope.errors import ConfigError, LayoutError
 from trojanscope.fsutil import atomic_write_text, file_sha256
 from trojanscope.models.layout import find_examples_dir, list_model_dirs, read_config, read_examples, read_metadata
+from trojanscope.rounds.factors import is_matched
 from trojanscope.rounds.preset import AnyPreset, ImagePreset, Preset, load_preset
 
 AUDIT_FILE = "audit.json"
@@ -215,7 +216,7 @@ def factor_marginals(preset: AnyPreset, df: pd.DataFrame) -> list[dict[str, Any]
     y = df["poisoned"].astype(bool).to_numpy()
     n_p = int(y.sum())
     out = [_chi_row("poisoned", [len(y) - n_p, n_p], [1 - preset.poisoned_fraction, preset.poisoned_fraction])]
-    paired = preset.design == "matched-pairs"
+    paired = is_matched(preset)
     for column, k in _design_levels(preset).items():
         lv = f"{column}_level"
         if k < 2 or lv not in df:

@@ -61,6 +61,11 @@ def is_poisoned(preset: Preset, split: str, index: int) -> bool:
 PAIR_KEY = 1 << 28  # spawn-key slot of matched pairs' shared factor draws
 
 
+def is_matched(preset: Any) -> bool:
+    """Whether ``preset`` draws matched pairs (a modality plug-in's preset without a ``design`` field: no)."""
+    return getattr(preset, "design", "independent") == "matched-pairs"
+
+
 def design_rng(preset: Any, split: str, index: int, model_rng: np.random.Generator) -> np.random.Generator:
     """The generator that draws model ``index``'s non-trigger factors.
 
@@ -68,7 +73,7 @@ def design_rng(preset: Any, split: str, index: int, model_rng: np.random.Generat
     ``matched-pairs``: one generator per pair ``index // 2``, fresh for each model of the pair, so both models
     (one clean, one trojaned: ``is_poisoned`` balances 50% rounds in pairs) draw the same levels.
     """
-    if preset.design != "matched-pairs":
+    if not is_matched(preset):
         return model_rng
     ss = np.random.SeedSequence(preset.seed, spawn_key=(SPLITS.index(split), PAIR_KEY, index // 2))
     return np.random.default_rng(ss)

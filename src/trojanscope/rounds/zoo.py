@@ -24,6 +24,7 @@ from trojanscope.fsutil import atomic_write_text, check_writable_dir
 from trojanscope.models.layout import list_model_dirs
 from trojanscope.rounds.build import BuildOutcome, Timing
 from trojanscope.rounds.executor import make_executor
+from trojanscope.rounds.factors import is_matched
 from trojanscope.rounds.modalities import ROUND_MODALITIES, RoundModality, round_modality
 from trojanscope.rounds.preset import SPLITS, AnyPreset, load_preset
 from trojanscope.rounds.writer import METADATA_DICTIONARY
@@ -141,7 +142,7 @@ def make_zoo(
     if first_index < 0:
         raise ConfigError(f"--first-index must be 0 or more, got {first_index}")
     preset, raw = load_preset(preset_name)
-    if preset.design == "matched-pairs" and first_index % 2:
+    if is_matched(preset) and first_index % 2:
         raise ConfigError(f"{preset.name} draws matched pairs (models 2k and 2k+1): --first-index must be even, "
                           f"got {first_index}")
     indices = range(first_index, first_index + count)
