@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     from trojanscope.detectors import DETECTORS
     from trojanscope.dynamic import harvest
     from trojanscope.dynamic.harvest import read_lineage
+    from trojanscope.rounds.factors import is_matched
     from trojanscope.rounds.preset import load_preset
     from trojanscope.scoring.metrics import score_all
 
@@ -100,9 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     for z in (args.round0_train, args.round0_test):
         if z is not None and not (z / "METADATA.csv").is_file():
             ap.error(f"{z}: not a zoo (no METADATA.csv); make it with `trojanscope zoo make`")
-    load_preset(args.preset)  # an unknown preset fails here, before anything is built
+    pairs = is_matched(load_preset(args.preset)[0])  # an unknown preset fails here, before anything is built
     args.out.mkdir(parents=True, exist_ok=True)
-    pairs = load_preset(args.preset)[0].design == "matched-pairs"
 
     def n_candidates(n: int) -> int:
         c = max(n, math.ceil(args.candidates * n))

@@ -32,7 +32,6 @@ and the detector's run over it (``OUT/harvest-eval``) are kept and resumed by re
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ import pandas as pd
 
 from trojanscope.errors import ConfigError
 from trojanscope.fsutil import atomic_dir, atomic_write_text, file_sha256
+from trojanscope.rounds.factors import is_matched, model_index
 
 LINEAGE_FILE = "lineage.json"
 SCORE_COLUMNS = ("model_name", "probability")
@@ -134,7 +134,6 @@ def harvest(
     into lineage.json. The candidates are models ``first_index`` onward of the preset's split stream; by
     default past every index the parent round used (its models and its own candidates), so round N+1 never
     regenerates round N's models (model *i* of a preset and split is the same model in every zoo), else 0."""
-    from trojanscope.rounds.factors import is_matched
     from trojanscope.rounds.preset import load_preset
     from trojanscope.rounds.zoo import make_zoo, write_metadata
     from trojanscope.scoring.harness import evaluate
@@ -251,7 +250,7 @@ def select_pairs(df: pd.DataFrame, count: int, where: Path) -> pd.DataFrame:
     of a pair whose other member validated poorly: both members must have passed validation."""
     if count % 2:
         raise ConfigError(f"a matched-pairs preset keeps whole pairs: --count must be even, got {count}")
-    pair = df["model_name"].map(lambda name: _index(name) // 2)
+    pair = df["model_name"].map(lambda name: model_index(name) // 2)
     rows = []
     for key, sub in df.groupby(pair):
         if sorted(sub["poisoned"]) != [False, True]:
@@ -329,19 +328,13 @@ def _parent_record(parent: Path | str | None) -> dict[str, Any] | None:
     return {"path": str(parent.resolve()), "lineage": read_lineage(parent) or None}
 
 
-def _index(name: str) -> int | None:
-    """A generated model's index in its split's stream (id-00000012 -> 12); None for any other name."""
-    m = re.fullmatch(r"id-(\d+)", str(name))
-    return int(m.group(1)) if m else None
-
-
 def _past_parent(parent: Path | str | None) -> int:
     """The first even model index past every index the parent round used: its models and, for a harvested
     parent, its whole candidate pool (whose later rounds start past it in turn)."""
     if parent is None:
         return 0
     parent = Path(parent)
-    used = [i for i in map(_index, pd.read_csv(parent / "METADATA.csv")["model_name"]) if i is not None]
+    used = [i for i in map(model_index, pd.read_csv(parent / "METADATA.csv")["model_name"]) if i is not None]
     used.append(max(read_lineage(parent).get("candidate_indices") or [-1]))
     last = max(used)
     return last + 1 + (last + 1) % 2

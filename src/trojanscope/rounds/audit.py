@@ -30,7 +30,7 @@ import pandas as pd
 from trojanscope.errors import ConfigError, LayoutError
 from trojanscope.fsutil import atomic_write_text, file_sha256
 from trojanscope.models.layout import find_examples_dir, list_model_dirs, read_config, read_examples, read_metadata
-from trojanscope.rounds.factors import is_matched
+from trojanscope.rounds.factors import is_matched, model_index
 from trojanscope.rounds.preset import AnyPreset, ImagePreset, Preset, load_preset
 
 AUDIT_FILE = "audit.json"
@@ -230,7 +230,7 @@ def factor_marginals(preset: AnyPreset, df: pd.DataFrame) -> list[dict[str, Any]
         trojan_only = column == "trigger_organization" or column.startswith("triggers_")
         drawn = sub
         if paired and not trojan_only:
-            pair = sub["model_name"].map(lambda name: int(str(name).split("-")[-1]) // 2)  # id-00000012 -> 6
+            pair = sub["model_name"].map(lambda name: model_index(name) // 2)
             drawn = sub[~pair.duplicated()]
         counts = np.bincount(drawn[lv].astype(int).to_numpy(), minlength=k)[:k].tolist()
         row = _chi_row(column, counts, [1 / k] * k)

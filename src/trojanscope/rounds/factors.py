@@ -11,6 +11,7 @@ follows from one (file size, parameter count, time per epoch), differs between t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,13 @@ def is_poisoned(preset: Preset, split: str, index: int) -> bool:
 
 
 PAIR_KEY = 1 << 28  # spawn-key slot of matched pairs' shared factor draws
+
+
+def model_index(name: str) -> int | None:
+    """A generated model's index in its split's stream (``id-00000012`` -> 12; its pair is ``index // 2``);
+    None for any other folder name (e.g. a leaderboard's neutral copies)."""
+    m = re.fullmatch(r"id-(\d+)", str(name))
+    return int(m.group(1)) if m else None
 
 
 def is_matched(preset: Any) -> bool:

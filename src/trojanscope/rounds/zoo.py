@@ -24,7 +24,7 @@ from trojanscope.fsutil import atomic_write_text, check_writable_dir
 from trojanscope.models.layout import list_model_dirs
 from trojanscope.rounds.build import BuildOutcome, Timing
 from trojanscope.rounds.executor import make_executor
-from trojanscope.rounds.factors import is_matched
+from trojanscope.rounds.factors import is_matched, model_index
 from trojanscope.rounds.modalities import ROUND_MODALITIES, RoundModality, round_modality
 from trojanscope.rounds.preset import SPLITS, AnyPreset, load_preset
 from trojanscope.rounds.writer import METADATA_DICTIONARY
@@ -157,7 +157,7 @@ def make_zoo(
     for d in list_model_dirs(out):
         if keep_failed or _converged(d):
             done.add(d.name)
-        elif int(d.name.split("-")[-1]) in indices:  # left by a run that stopped before replacing it
+        elif model_index(d.name) in indices:  # left by a run that stopped before replacing it
             retire_failed(out, d.name, next_draw(out, d.name), _stats(d))
     todo = [(i, split, keep_failed) for i in indices if f"id-{i:08d}" not in done]
     result = ZooResult(out=out, skipped=count - len(todo))
