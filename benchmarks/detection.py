@@ -59,7 +59,9 @@ def features_for(zoo: Path, cache_file: Path, workers: int, families: tuple[str,
     """(names, feature rows, labels, seconds) for every model of ``zoo``.
 
     The cache holds each family's features per model under that family's code digest: only the families
-    (and models) missing or changed since the last run are computed. Seconds are summed over families."""
+    (and models) missing or changed since the last run are computed. Families missing for the same models are
+    computed in one pass (one context per model, as the detector itself does); each then records the pass's
+    seconds divided among the families of that pass (``"with"`` names them). Seconds are summed over families."""
     from trojanscope.detectors.learned import feature_table, inputs_for_model_dir
     from trojanscope.models.layout import list_model_dirs, read_ground_truth
 
@@ -79,19 +81,27 @@ def features_for(zoo: Path, cache_file: Path, workers: int, families: tuple[str,
             for entry in models.values():
                 entry.pop(fam, None)
             codes[fam] = digests[fam]
-        todo = [d for d in dirs if fam not in models.get(d.name, {})]
-        if not todo:
-            continue
-        print(f"{zoo}: family {fam} for {len(todo)} models")
-        rows, secs = feature_table([inputs_for_model_dir(d) for d in todo], (fam,), workers=workers, executor=executor)
-        for d, r, sec in zip(todo, rows, secs, strict=True):
-            models.setdefault(d.name, {})[fam] = {"features": r, "seconds": sec}
+    passes: dict[tuple[str, ...], list[str]] = {}  # models -> the families they miss
+    for fam in families:
+        todo = tuple(d.name for d in dirs if fam not in models.get(d.name, {}))
+        if todo:
+            passes.setdefault(todo, []).append(fam)
+    by_name = {d.name: d for d in dirs}
+    for todo, fams in passes.items():
+        print(f"{zoo}: families {', '.join(fams)} for {len(todo)} models")
+        rows, secs = feature_table([inputs_for_model_dir(by_name[n]) for n in todo], tuple(fams), workers=workers,
+                                   executor=executor)
+        for n, r, sec in zip(todo, rows, secs, strict=True):
+            for fam in fams:
+                part = {k: v for k, v in r.items() if k.startswith(f"{fam}.")}
+                models.setdefault(n, {})[fam] = {"features": part, "seconds": sec / len(fams), "with": fams}
         cache["format"] = 3
         atomic_write_bytes(cache_file, json.dumps(cache).encode())
     names = [d.name for d in dirs]
     per_family = ", ".join(f"{fam} {sum(models[n][fam]['seconds'] for n in names) / max(len(names), 1):.1f} s"
                            for fam in families)
-    print(f"{zoo}: mean feature seconds per model by family (each family builds its own context): {per_family}")
+    print(f"{zoo}: mean feature seconds per model by family (a pass of several families splits its time evenly): "
+          f"{per_family}")
     rows = [{k: v for fam in families for k, v in models[n][fam]["features"].items()} for n in names]
     secs = [sum(models[n][fam]["seconds"] for fam in families) for n in names]
     return names, rows, [read_ground_truth(d) for d in dirs], secs

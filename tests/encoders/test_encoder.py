@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -203,3 +204,36 @@ def test_hf_id_in_the_local_cache_resolves_offline(tiny_bert_dir, tmp_path, monk
     assert encoder_for_config(encoder.config_fields()).fingerprint == encoder.fingerprint
     with pytest.raises(RegistryError, match="not in the local Hugging Face cache"):
         get_encoder("someorg/absent")
+
+
+def test_encoder_device_env_is_checked_before_any_work(tiny_bert_dir, monkeypatch):
+    from trojanscope.encoders.encoder import Encoder
+    from trojanscope.encoders.sources import resolve
+
+    source = resolve(str(tiny_bert_dir))
+    monkeypatch.setenv("TROJANSCOPE_ENCODER_DEVICE", "warp-drive")
+    with pytest.raises(EncoderError, match="TROJANSCOPE_ENCODER_DEVICE='warp-drive' is not a torch device"):
+        Encoder(source)
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("TROJANSCOPE_ENCODER_DEVICE", "cuda")
+        with pytest.raises(EncoderError, match="torch sees no CUDA device here; unset it"):
+            Encoder(source)
+    monkeypatch.setenv("TROJANSCOPE_ENCODER_DEVICE", " ")
+    assert Encoder(source).device == "cpu"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (TROJANSCOPE_ENCODER_DEVICE=cuda)")
+def test_cuda_encoder_matches_cpu_and_pickles_for_cpu(tiny_bert_dir, monkeypatch, tmp_path):
+    from trojanscope.encoders.encoder import Encoder
+    from trojanscope.encoders.sources import resolve
+
+    source = resolve(str(tiny_bert_dir))
+    cpu = Encoder(source).encode(SENTENCES)
+    monkeypatch.setenv("TROJANSCOPE_ENCODER_DEVICE", "cuda")
+    gpu = Encoder(source)
+    np.testing.assert_allclose(gpu.encode(SENTENCES), cpu, atol=1e-4, rtol=0)
+    saved = {}
+    monkeypatch.setattr(torch, "save", lambda obj, path: saved.setdefault(Path(path).name, obj))
+    gpu.save_trojai_pickles(tmp_path / "tok.pt", tmp_path / "emb.pt")
+    assert next(saved["emb.pt"].parameters()).device.type == "cpu"
+    assert next(gpu._model.parameters()).device.type == "cuda"  # the live encoder stays on the GPU

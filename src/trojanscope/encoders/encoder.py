@@ -4,7 +4,9 @@ The summary rule decides which vector stands for the text: ``"first"`` (token 0,
 BERT-like models; TrojAI's ``cls_token_is_first``), ``"last"`` (the last non-padding token, GPT-2
 style) or ``"mean"`` (the attention-masked mean over tokens, the pooling sentence-transformers
 models were trained with; no L2 normalisation). Texts are sorted by token length and batched so
-padding stays minimal; torch's own thread setting is respected.
+padding stays minimal; torch's own thread setting is respected. The encoder runs on the CPU unless
+``TROJANSCOPE_ENCODER_DEVICE`` names a torch device (``cuda``, ``cuda:1``, ``mps``): only the frozen
+encoder moves there; heads, detectors and the vectors it returns stay on the CPU.
 
 torch and transformers are imported lazily so ``import trojanscope.encoders`` stays cheap.
 """
@@ -16,6 +18,7 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -43,6 +46,7 @@ _DECODER_TYPES = {
     "gpt2", "openai-gpt", "gpt_neo", "gptj", "gpt_neox", "gpt_bigcode", "ctrl", "opt", "bloom",
     "llama", "mistral", "mixtral", "qwen2", "phi", "phi3", "falcon", "gemma", "gemma2", "xlnet", "transfo-xl",
 }
+DEVICE_ENV = "TROJANSCOPE_ENCODER_DEVICE"
 _LABELS = {"bert": "BERT", "distilbert": "DistilBERT", "gpt2": "GPT-2", "roberta": "RoBERTa"}
 
 
@@ -66,8 +70,32 @@ def summarize(hidden: torch.Tensor, attention_mask: torch.Tensor, rule: str) -> 
     raise EncoderError(f"summary rule {rule!r} is unknown; use one of: {', '.join(SUMMARY_RULES)}")
 
 
+def encoder_device() -> str:
+    """The torch device the frozen encoder runs on: ``TROJANSCOPE_ENCODER_DEVICE`` or ``"cpu"``.
+
+    Vectors computed on a GPU differ from the CPU's in the last float bits (kernels sum in another
+    order); the embedding cache does not tell them apart, which is harmless for training heads but
+    means a zoo built on a GPU is not bit-identical to the same zoo built on a CPU.
+    """
+    return os.environ.get(DEVICE_ENV, "").strip() or "cpu"
+
+
+def _checked_device(name: str) -> Any:
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise EncoderError(f"{DEVICE_ENV}={name!r} is not a torch device; use cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise EncoderError(f"{DEVICE_ENV}={name!r} but torch sees no CUDA device here; unset it to run on the CPU")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise EncoderError(f"{DEVICE_ENV}={name!r} but torch sees no MPS device here; unset it to run on the CPU")
+    return device
+
+
 @functools.lru_cache(maxsize=8)
-def _load(model_dir: Path, tokenizer_dir: Path) -> tuple[Any, Any]:
+def _load(model_dir: Path, tokenizer_dir: Path, device: str = "cpu") -> tuple[Any, Any]:
     """Load (tokenizer, model) once per process and folder pair, offline."""
     from transformers import AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -75,10 +103,13 @@ def _load(model_dir: Path, tokenizer_dir: Path) -> tuple[Any, Any]:
     bar_was_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # a "Loading weights" bar per worker process is noise
     try:
-        return _load_quiet(model_dir, tokenizer_dir, AutoModel, AutoTokenizer)
+        tokenizer, model = _load_quiet(model_dir, tokenizer_dir, AutoModel, AutoTokenizer)
     finally:
         if bar_was_on:
             hf_logging.enable_progress_bar()
+    if device != "cpu":
+        model.to(_checked_device(device))
+    return tokenizer, model
 
 
 def _load_quiet(model_dir: Path, tokenizer_dir: Path, AutoModel: Any, AutoTokenizer: Any) -> tuple[Any, Any]:  # noqa: N803
@@ -149,7 +180,8 @@ class Encoder:
         self.flavor = source.flavor
         self.model_dir = source.model_dir
         self.tokenizer_dir = source.tokenizer_dir
-        self._tokenizer, self._model = _load(source.model_dir, source.tokenizer_dir)
+        self.device = encoder_device()
+        self._tokenizer, self._model = _load(source.model_dir, source.tokenizer_dir, self.device)
         config = self._model.config
         model_type = getattr(config, "model_type", "") or ""
         decoder = model_type in _DECODER_TYPES or bool(getattr(config, "is_decoder", False))
@@ -253,8 +285,11 @@ class Encoder:
                         [texts[i] for i in idx], padding=True, truncation=True,
                         max_length=self.max_length, return_tensors="pt",
                     )
+                    if self.device != "cpu":
+                        batch = batch.to(self._model.device)
                     hidden = self._model(**batch).last_hidden_state
-                    out[idx] = summarize(hidden, batch["attention_mask"], self.summary_rule).float().numpy()
+                    summary = summarize(hidden, batch["attention_mask"], self.summary_rule)
+                    out[idx] = summary.float().cpu().numpy()
                     if bar is not None:
                         bar.update(len(idx))
         finally:
@@ -297,9 +332,13 @@ class Encoder:
         """Write the tokenizer and the encoder model as whole-object ``torch.save`` pickles, as TrojAI shipped
         them. Loading them runs code named in the file: for trusted use only (trojanscope never unpickles them).
         """
+        import copy
+
         import torch
 
-        for obj, path in ((self._tokenizer, tokenizer_path), (self._model, embedding_path)):
+        # A pickle of a model on a GPU names that device and would not load on a CPU-only machine.
+        model = self._model if self.device == "cpu" else copy.deepcopy(self._model).to("cpu")
+        for obj, path in ((self._tokenizer, tokenizer_path), (model, embedding_path)):
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             torch.save(obj, path)
 
