@@ -234,3 +234,26 @@ def test_a_matched_pairs_round_is_harvested_in_pairs(tmp_path, preset_text, data
     assert kept == ["id-00000002", "id-00000003"] and r.lineage["selection"] == "pairs"
     a, b = (meta.loc[n] for n in kept)
     assert a["poisoned"] != b["poisoned"] and a["model_architecture"] == b["model_architecture"]
+
+
+@pytest.mark.slow
+def test_a_reused_candidate_folder_counts_and_keeps_only_this_harvests_indices(tmp_path, preset_text, data_root):
+    """Models 0-1 left in the pool by an earlier run are neither counted, nor scored into the yield, nor kept,
+    even when the scorer makes them the most attractive picks."""
+    preset = _preset(tmp_path, preset_text)
+    pool, cache = tmp_path / "pool", tmp_path / "c.sqlite"
+
+    def scorer(cand_dir):  # ids 0 and 1 fool it completely; everything else sits at 0.5
+        meta = pd.read_csv(cand_dir / "METADATA.csv")
+        old = meta["model_name"].isin(["id-00000000", "id-00000001"])
+        p = meta["poisoned"].map({True: 0.0, False: 1.0}).where(old, 0.5)
+        return pd.DataFrame({"model_name": meta["model_name"], "probability": p})
+
+    harvest(preset, "test", 2, tmp_path / "first", scores=scorer, scored_by="fixed", candidates=2,
+            candidates_dir=pool, data_root=data_root, cache_path=cache, natural_trojan_check=False, progress=False)
+    r = harvest(preset, "test", 2, tmp_path / "second", scores=scorer, scored_by="fixed", candidates=4,
+                candidates_dir=pool, first_index=2, data_root=data_root, cache_path=cache,
+                natural_trojan_check=False, progress=False)
+    assert len(pd.read_csv(pool / "METADATA.csv")) == 6  # the folder holds both runs' models
+    assert r.generated == 4 and r.lineage["candidates"] == 4 and r.lineage["candidate_indices"] == [2, 5]
+    assert not set(r.kept["model_name"]) & {"id-00000000", "id-00000001"}

@@ -179,6 +179,10 @@ def harvest(
     else:
         probs = _read_scores(scores, cand_dir)
     meta = pd.read_csv(cand_dir / "METADATA.csv")
+    # A reused candidate folder can hold models of other indices (an earlier harvest's, even the parent's):
+    # only this harvest's candidate indices are counted, scored into the yield, or kept.
+    index = meta["model_name"].map(model_index)
+    meta = meta[index.notna() & index.between(first_index, first_index + candidates - 1)]
     probs = probs[[c for c in ("model_name", "probability", "status") if c in probs]]
     df = meta.merge(probs, on="model_name", how="inner")
     df = df[df["status"] == "ok"] if "status" in df else df
