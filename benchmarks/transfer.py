@@ -57,6 +57,27 @@ def _zoo_arg(text: str) -> tuple[str, str, Path]:
     return group, role, Path(path)
 
 
+def feature_shift(train_rows: list[dict], train_y: list[int], held_rows: list[dict], held_y: list[int],
+                  top: int = 5) -> list[tuple[str, float, float]]:
+    """Why a held-out preset reads wrongly: the features whose median over the held-out CLEAN models sits
+    furthest from the training clean models, in their standard deviations (z), each with the held-out preset's
+    own label effect in the same units. Features absent from either side are skipped."""
+    import numpy as np
+
+    names = sorted(set.intersection(*(set(r) for r in train_rows + held_rows)))
+    tr = np.array([[r[n] for n in names] for r in train_rows], dtype=float)
+    he = np.array([[r[n] for n in names] for r in held_rows], dtype=float)
+    ty, hy = np.asarray(train_y), np.asarray(held_y)
+    if not names or not (ty == 0).any() or not (hy == 0).any() or not (hy == 1).any():
+        return []
+    clean = tr[ty == 0]
+    mu, sd = np.nanmean(clean, 0), np.nanstd(clean, 0) + 1e-12
+    z = (np.nanmedian(he[hy == 0], 0) - mu) / sd
+    effect = (np.nanmedian(he[hy == 1], 0) - np.nanmedian(he[hy == 0], 0)) / sd
+    order = np.argsort(-np.nan_to_num(np.abs(z)))[:top]
+    return [(names[i], float(z[i]), float(effect[i])) for i in order]
+
+
 def _detector(name: str, families: tuple[str, ...]):
     from trojanscope.detectors.learned import MetaDetector
 
@@ -79,6 +100,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--variants", default="default," + ",".join(VARIANTS),
                     help="comma-separated: default and/or names of VARIANTS in this file")
+    ap.add_argument("--shift", action="store_true",
+                    help="under each held-out line, the 5 features whose clean-model median sits furthest from the "
+                         "training clean models (z, in their standard deviations) and the held-out label effect")
     ap.add_argument("--features-only", action="store_true",
                     help="compute and cache every zoo's features, print no scores (e.g. while more zoos build)")
     args = ap.parse_args(argv)
@@ -132,6 +156,9 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             det = make().fit_features(tr_rows, tr_y)
             print(line(f"{held} (fit on {len(tr_y)})", det, te_rows, te_y))
+            if args.shift:
+                for feat, z, effect in feature_shift(tr_rows, tr_y, te_rows, te_y):
+                    print(f"      shifted: {feat:<44} clean z {z:+7.2f}  label effect {effect:+6.2f}")
         tr_rows, tr_y = stack(lambda g, role: role == "train")
         det = make().fit_features(tr_rows, tr_y)
         clf = det.classifier_
