@@ -57,7 +57,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:  # noqa: ARG001 - zoo 
         """Run the leaderboard: web pages + HTTP API on HOST:PORT and N scoring workers; Ctrl-C stops them all.
 
         Organiser actions need TROJANSCOPE_ADMIN_TOKEN set in the environment (never on the command line);
-        other limits are TROJANSCOPE_* variables (docs/leaderboard.md). Example:
+        other limits are TROJANSCOPE_* variables (docs/leaderboard-operations.md). Example:
 
           TROJANSCOPE_ADMIN_TOKEN=$(openssl rand -hex 24) trojanscope serve --db sqlite:///lb.db --rounds rounds.toml
         """

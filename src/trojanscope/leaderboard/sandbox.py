@@ -1,6 +1,6 @@
 """Preparing and policing the folder a submission runs in.
 
-What the worker does for every job (see docs/leaderboard.md, "Sandbox"):
+What the worker does for every job (see docs/leaderboard-operations.md, "Sandbox"):
 - copies the models to neutral names (``m-00000``...) in a shuffled order, with only
   ``model.pt``, the reduced ``config.json`` and the clean examples: no ``ground_truth.csv``,
   ``METADATA.csv``, poisoned examples, statistics or original ids;
