@@ -96,7 +96,8 @@ def _checked_device(name: str) -> Any:
 
 @functools.lru_cache(maxsize=8)
 def _load(model_dir: Path, tokenizer_dir: Path, device: str = "cpu") -> tuple[Any, Any]:
-    """Load (tokenizer, model) once per process and folder pair, offline."""
+    """Load (tokenizer, model) once per process and folder pair, offline, onto ``device``."""
+    target = None if device == "cpu" else _checked_device(device)  # a bad device fails before the weights load
     from transformers import AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -107,8 +108,8 @@ def _load(model_dir: Path, tokenizer_dir: Path, device: str = "cpu") -> tuple[An
     finally:
         if bar_was_on:
             hf_logging.enable_progress_bar()
-    if device != "cpu":
-        model.to(_checked_device(device))
+    if target is not None:
+        model.to(target)
     return tokenizer, model
 
 
