@@ -16,7 +16,8 @@ import pytest
 from trojanscope.rounds.preset import PRESETS
 
 # Light family settings keep tests to seconds: a small scan table, few inversion steps and probe directions.
-LIGHT = {"scan": {"n_words": 20, "n_phrases": 8}, "inversion": {"steps": 5},
+LIGHT = {"scan": {"n_words": 20, "n_phrases": 8}, "soft-scan": {"n_words": 20, "n_phrases": 8, "steps": 3},
+         "inversion": {"steps": 5},
          "subspace": {"rounds": 2, "steps": 3}, "probes": {"n_random": 4, "n_pcs": 4}}
 
 

@@ -16,8 +16,9 @@ from trojanscope.detectors.learned import MetaDetector
 
 # The features' hash is bit-exact; probabilities are the fitted detectors' scores of the same four models.
 PINNED: dict[str, dict[str, str]] = {
-    "text": {"features": "768b0dce2b6d456f", "default": "0.9 0.1 0.1 0.9", "inversion": "0.9 0.1 0.1 0.9",
+    "text": {"features": "aa4bef788a9b4502", "default": "0.9 0.1 0.1 0.9", "inversion": "0.9 0.1 0.1 0.9",
              "probes": "0.9 0.11709591944054697 0.11867037747062832 0.9", "scan": "0.9 0.1 0.1 0.9",
+             "soft-scan": "0.9 0.1 0.1 0.9",
              "spectrum": "0.7353485184333802 0.40371563843162467 0.43783065863069287 0.7359323770926096",
              "subspace": "0.9 0.1 0.1 0.9", "weight-ratios": "0.5 0.5 0.5 0.5", "weights": "0.5 0.5 0.5 0.5"},
     "image": {"features": "839c84a4ed79b320", "blob-ring": "0.5 0.5 0.5 0.5", "blob-scan": "0.5 0.5 0.5 0.5",

@@ -72,6 +72,8 @@ register_family("probes", "trojanscope.detectors.features.probes:QueryProbes",
                 help="Head responses along single dimensions, principal and random directions; input Jacobians.")
 register_family("scan", "trojanscope.detectors.features.scan:PhraseScan",
                 help="Flip rates of precomputed generic word/phrase/punctuation shifts of the summary vector.")
+register_family("soft-scan", "trojanscope.detectors.features.soft_scan:SoftScan",
+                help="Best-flipping convex mixture of the scan table's shifts (inversion within real-word shifts).")
 register_family("subspace", "trojanscope.detectors.features.subspace:FlipSubspace",
                 help="Budgets of successive mutually orthogonal universal flips (deflated summary-space inversion).")
 register_family("spectrum", "trojanscope.detectors.features.spectrum:InputSpectrum",
