@@ -23,6 +23,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import resource
 import shutil
 import time
@@ -38,7 +39,8 @@ DETECTORS = ("weights", "weight-ratios", "spectrum", "inversion", "probes", "sca
 
 def _family_digest(family: str) -> str:
     """A hash of the code one family's features depend on (its module, the shared context, the scan's
-    candidate lists), so changing or adding one family recomputes only that family's cached features.
+    candidate lists, the sibling feature modules it imports), so changing or adding one family recomputes only
+    the families that read the changed code.
     The registry module is left out: registering a new family changes no other family's numbers."""
     import inspect
 
@@ -46,8 +48,12 @@ def _family_digest(family: str) -> str:
     from trojanscope.detectors.features import FEATURES
 
     root = Path(pkg.__file__).parent
-    files = [root / "context.py", root / "image_context.py", root / "features" / "candidates.py",
-             Path(inspect.getfile(FEATURES.get(family)))]
+    own = Path(inspect.getfile(FEATURES.get(family)))
+    # sibling feature modules it imports (soft-scan reads scan's table, weight-ratios spectrum's input matrix)
+    pattern = r"^\s*from trojanscope\.detectors\.features\.(\w+) import"
+    siblings = sorted(set(re.findall(pattern, own.read_text(), re.M)))
+    files = [root / "context.py", root / "image_context.py", root / "features" / "candidates.py", own,
+             *(root / "features" / f"{m}.py" for m in siblings)]
     h = hashlib.sha256()
     for f in files:
         h.update(f.read_bytes())
