@@ -72,3 +72,27 @@ def test_foreign_words_are_not_scanned_in_the_default_encoders_vocabulary():
     words = {item for words_file, _ in PRESETS.values() for item in _items(FOREIGN / words_file)}
     scanned = {text.lower() for _, text in PhraseScan(progress=False).candidates(get_encoder("minilm"))}
     assert len(scanned) > 800 and not words & scanned  # the shipped default scans 600 words, 200 phrases
+
+
+# benchmarks/varied/round5-varied.toml: a generator the shipped `default` is FITTED on (docs/detector-numbers.md).
+# The foreign zoos only check transfer if it shares nothing with them either: no trigger, no corpus.
+VARIED = ROOT / "benchmarks" / "varied"
+
+
+def test_the_training_generator_shares_no_trigger_or_corpus_with_the_checks(monkeypatch):
+    from trojanscope.detectors.features.scan import PhraseScan
+    from trojanscope.encoders import get_encoder
+
+    monkeypatch.chdir(ROOT)
+    varied = load_preset(VARIED / "round5-varied.toml")[0]
+    items = _items(VARIED / "words.txt") | _items(VARIED / "phrases.txt")
+    assert len(items) >= 30
+    foreign_items = {item for files in PRESETS.values() for f in files for item in _items(FOREIGN / f)}
+    packaged = {item.lower() for name in POOLS.names() for item in load_pool(name)}
+    scanned = {text.lower() for _, text in PhraseScan(progress=False).candidates(get_encoder("minilm"))}
+    assert not items & (foreign_items | packaged | scanned | {p.lower() for p in phrase_candidates()})
+    corpora = {s.corpus for s in varied.data.sources}
+    for name in PRESETS:
+        assert corpora.isdisjoint({s.corpus for s in load_preset(FOREIGN / name)[0].data.sources})
+    r5 = load_preset("round5-cpu")[0]
+    assert varied.head.architecture == r5.head.architecture and varied.training.lr != r5.training.lr
