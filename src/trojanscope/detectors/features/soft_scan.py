@@ -7,14 +7,16 @@ between the two: shifts of the form λ·Σ_c a_c Δ_c with a on the simplex (a =
 inserting a "soft word" mixed from real words, phrases and punctuation does to a mean-pooled text.
 A trigger missing from the list still has neighbours in that hull (a trojaned head answers a wide cone
 of shifts around its trigger's, see ``subspace``), while a clean head's readout of mixed real-word
-shifts stays their sentiment content, which the ``o2`` variant removes (the component along the
-whitened class-mean gap, as in ``scan``).
+shifts stays their sentiment content, which the ``o`` variant removes (the component along the
+whitened class-mean gap, as scan's ``o2``).
 
-θ starts at 0 (the uniform mixture: "insert any word") and Adam maximises the target class's
-cross-entropy on the class-s clean examples; deterministic, no random start. Per direction and variant
-(``s1``: λ 1, ``s2``: λ 2, ``o2``: λ 2 with the gap component removed): the final flip rate, the gain over
-the uniform mixture, the final loss, and how concentrated the mixture became (top weight, log effective
-number of candidates); summarised over directions. Cost: head evaluations on the clean examples only.
+θ starts at 0 (the uniform mixture: "insert any word") and Adam (``steps`` per strength) minimises the
+cross-entropy of the target class t on the class-s clean examples, at strengths λ = 0.25, 0.5, 1, 2 in turn,
+each warm-started from the last; deterministic, no random start. Per direction and variant (``s``: the shifts
+as they are, ``o``: gap component removed), at each λ: the flip rate, its gain over the uniform mixture, the
+loss and the log effective number of candidates (entropy of a); and the strength reaching 90 % flips,
+interpolated (4.0 if none does). Summarised by max/min/mean over directions. Cost: head evaluations on the
+clean examples only (the table is scan's, built once per encoder and cached).
 """
 
 from __future__ import annotations
