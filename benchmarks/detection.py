@@ -7,8 +7,9 @@
 1. Features of every family for every train and test model (cached in OUT/features-*.json per model and
    family under a digest of that family's code and the hash of the model's model.pt, so a rerun on a grown
    zoo, on a zoo with rebuilt models, or after changing one family computes only what is new).
-2. Each family alone (weights, inversion, probes, scan) and the combination (default) are fitted on the
-   train features; test CE, its 95% CI, ROC-AUC and Brier come from ``trojanscope.scoring.metrics``.
+2. Each registered text family alone (weights, weight-ratios, spectrum, inversion, probes, scan, soft-scan,
+   subspace) and the combination (default) are fitted on the train features; test CE, its 95% CI, ROC-AUC
+   and Brier come from ``trojanscope.scoring.metrics``.
    Nothing is tuned on the test zoo: C, the calibration and ε are chosen by cross-validation on train.
 3. The default detector is saved to OUT/default.json and run through the scoring harness on the test zoo
    (neutral copies, shuffled order): its scores, per-factor breakdown and per-model detection times
@@ -33,8 +34,18 @@ from trojanscope.fsutil import atomic_write_bytes, file_sha256
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-FAMILIES = ("weights", "weight-ratios", "spectrum", "inversion", "probes", "scan")
-DETECTORS = ("weights", "weight-ratios", "spectrum", "inversion", "probes", "scan", "default")
+
+def _text_families() -> tuple[str, ...]:
+    """Every registered text feature family (a new family joins the table without editing this file)."""
+    from trojanscope.detectors.features import FEATURES
+
+    first = ("weights", "weight-ratios", "spectrum", "inversion", "probes", "scan")  # the older table's order
+    names = [n for n in FEATURES.names() if FEATURES.get(n).modality == "text"]
+    return tuple(n for n in first if n in names) + tuple(sorted(n for n in names if n not in first))
+
+
+FAMILIES = _text_families()
+DETECTORS = (*FAMILIES, "default")
 
 
 def _family_digest(family: str) -> str:
