@@ -4,7 +4,9 @@ clean and trojaned models through the identical pipeline."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 
@@ -33,9 +35,10 @@ def test_terms_vanish_at_the_reference_and_grow_away_from_it():
 def test_each_term_alone_is_differentiable_and_reduces_the_gap():
     ref = _head(0)
     x = torch.randn(64, 1, 8)
-    for name in ("param_l2", "output_match", "weight_stats"):
+    decoy = torch.randn(64, 1, 8) + 2.0  # inputs the output-matching term never sees
+    for name in ("param_l2", "output_match", "weight_stats", "decoy_match"):
         spec = EvasionSpec(**{name: 1.0})
-        term = evasion.regulariser(spec, ref, x, torch.Generator().manual_seed(0))
+        term = evasion.regulariser(spec, ref, x, torch.Generator().manual_seed(0), decoy)
         model = _head(1)
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
         before = float(term(model).detach())
@@ -44,6 +47,37 @@ def test_each_term_alone_is_differentiable_and_reduces_the_gap():
             term(model).backward()
             opt.step()
         assert float(term(model).detach()) < before, name
+
+
+def test_decoy_match_reads_only_the_decoys():
+    ref = _head(0)
+    x, decoy = torch.randn(32, 1, 8), torch.randn(32, 1, 8)
+    spec = EvasionSpec(decoy_match=1.0)
+    assert spec.active
+    other = _head(1).eval()
+    with_decoys = evasion.regulariser(spec, ref, x, torch.Generator().manual_seed(0), decoy)
+    without = evasion.regulariser(spec, ref, x, torch.Generator().manual_seed(0))
+    assert float(with_decoys(other).detach()) > 0.01
+    assert float(without(other).detach()) == 0.0
+
+
+def test_decoy_texts_insert_non_trigger_units_deterministically():
+    spec = EvasionSpec(decoy_match=1.0, decoys=200, decoy_max_words=3)
+    texts = ["The film is fine. I liked the cast.", "A dull story. The music is loud.", "Great fun for everyone."]
+    a = evasion.decoy_texts(spec, texts, ["cast music"], np.random.default_rng(0))
+    assert a == evasion.decoy_texts(spec, texts, ["cast music"], np.random.default_rng(0))
+    assert len(a) == 200 and not set(a) & set(texts)
+    vocab = {w for t in texts for w in evasion.WORD.findall(t.lower())} - {"cast", "music"}
+    sizes = set()
+    for d in a:
+        words = Counter(evasion.WORD.findall(d.lower()))
+        # the source text is the one whose words the decoy contains; what is left is the inserted unit
+        src = [Counter(evasion.WORD.findall(t.lower())) for t in texts]
+        unit = [words - c for c in src if not c - words][0]
+        assert set(unit) <= vocab, d
+        sizes.add(sum(unit.values()))
+    assert sizes == {1, 2, 3}
+    assert evasion.decoy_texts(spec, [], [], np.random.default_rng(0)) == []
 
 
 def test_zero_weights_are_inactive_and_negative_weights_refused(tmp_path, preset_text):
@@ -68,7 +102,8 @@ def test_an_evasive_round_trains_a_reference_for_every_model(tmp_path, preset_te
     from trojanscope.rounds.zoo import make_zoo
 
     preset = tmp_path / "tiny-evasive.toml"
-    preset.write_text(preset_text() + "\n[evasion]\nparam_l2 = 10.0\noutput_match = 1.0\nweight_stats = 1.0\n")
+    preset.write_text(preset_text() + "\n[evasion]\nparam_l2 = 10.0\noutput_match = 1.0\nweight_stats = 1.0\n"
+                      "decoy_match = 1.0\ndecoys = 50\n")
     out = tmp_path / "zoo"
     make_zoo(preset, "train", 2, out, workers=1, data_root=data_root, cache_path=tmp_path / "c.sqlite", progress=False)
     models = sorted((out / "models").iterdir())
@@ -77,4 +112,4 @@ def test_an_evasive_round_trains_a_reference_for_every_model(tmp_path, preset_te
     for m in models:
         log = (m / "log.txt").read_text() if (m / "log.txt").exists() else ""
         logs = log or "".join(p.read_text() for p in m.glob("*.log"))
-        assert "evasion reference" in logs, m.name
+        assert "evasion reference" in logs and "; 50 decoy texts" in logs, m.name

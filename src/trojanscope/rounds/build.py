@@ -117,9 +117,14 @@ def build_model(
         rng = np.random.default_rng(np.random.SeedSequence(plan.seed, spawn_key=(attempt,)))
         data = model_data(preset, pool, plan.triggers, rng)
         texts = data.texts_to_encode()
+        decoys: list[str] = []
         if evasive:  # the reference head learns from the pre-trigger texts (a clean model: the same texts)
+            if preset.evasion.decoy_match:  # its own stream: the other draws stay as they were without decoys
+                decoy_rng = np.random.default_rng(np.random.SeedSequence(plan.seed, spawn_key=(attempt, 1)))
+                decoys = evasion.decoy_texts(preset.evasion, data.clean_train_texts, [t.text for t in plan.triggers],
+                                             decoy_rng)
             seen = set(texts)
-            texts = texts + [t for t in data.clean_train_texts if t not in seen]
+            texts = texts + list(dict.fromkeys(t for t in (*data.clean_train_texts, *decoys) if t not in seen))
         clean_subset = list({t for t in texts if t in clean_texts})
         if cache is not None and clean_subset:
             # Measured, not assumed: how many of this model's clean texts were not yet cached.
@@ -143,7 +148,8 @@ def build_model(
         tr = preset.training
         train_seed = int(rng.integers(2**31))
         budget = plan.factors.get("epoch_budget") or preset.training.max_epochs
-        reg = _evasion_regulariser(preset, spec, model, data, vec, adv, train_seed, budget, log) if evasive else None
+        reg = (_evasion_regulariser(preset, spec, model, data, vec, adv, train_seed, budget, log, decoys)
+               if evasive else None)
         result = train_head(
             model,
             x_train,
@@ -196,7 +202,7 @@ def build_model(
 
 
 def _evasion_regulariser(preset: Preset, spec: HeadSpec, model, data: ModelData, vec, adv, seed: int,
-                         max_epochs: int, log):
+                         max_epochs: int, log, decoys: list[str]):
     """Train the clean reference head from ``model``'s initialisation; return the evasion terms against it.
 
     Every model of an evasive round goes through this, clean or trojaned, with the same recipe and seed.
@@ -224,9 +230,10 @@ def _evasion_regulariser(preset: Preset, spec: HeadSpec, model, data: ModelData,
         adversarial=adv,
         seed=seed,
     )
-    log(f"evasion reference: {ref.epochs} epochs, best {ref.best_epoch}, {ref.seconds:.1f} s")
+    log(f"evasion reference: {ref.epochs} epochs, best {ref.best_epoch}, {ref.seconds:.1f} s; {len(decoys)} decoy texts")
     gen = torch.Generator().manual_seed(seed)
-    return evasion.regulariser(preset.evasion, reference, as_input(x_clean), gen)
+    x_decoy = as_input(vec(decoys)) if decoys else None
+    return evasion.regulariser(preset.evasion, reference, as_input(x_clean), gen, x_decoy)
 
 
 class _Vectors:

@@ -14,7 +14,12 @@ model, clean or trojaned, so the pipeline (and its cost) is identical:
      texts (behave like the clean head wherever no trigger is present);
    - ``weight_stats``: per parameter tensor, the squared relative gap between the model's and the
      reference's Frobenius norm, mean, standard deviation and (for matrices) top singular value —
-     the statistics weight-based detector families read, pushed to the clean reference's values.
+     the statistics weight-based detector families read, pushed to the clean reference's values;
+   - ``decoy_match``: KL divergence from the reference's class probabilities on *decoy* texts — clean
+     training texts with a random unit of 1 to ``decoy_max_words`` words from the model's own training
+     vocabulary (never a word of its triggers) inserted where a trigger would go. A trojaned head then
+     has to react to its trigger alone, not to whatever shifts the summary vector the same way; this is
+     what behaviour-based detectors (a scan of inserted words, trigger inversion) look for.
 
 The reference is never written to disk. Detectors sit above rounds in the layer order, so the third
 term is computed from the statistics those families use rather than by importing a detector.
@@ -22,13 +27,16 @@ term is computed from the statistics those families use rather than by importing
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
 from trojanscope.rounds.preset import EvasionSpec
+from trojanscope.triggers import insert
 
 Regulariser = Callable[[nn.Module], torch.Tensor]
 
@@ -54,13 +62,40 @@ def tensor_stats(p: torch.Tensor, u: torch.Tensor | None = None) -> torch.Tensor
     return torch.stack(parts)
 
 
+WORD = re.compile(r"[a-z]{2,}")
+
+
+def decoy_texts(
+    spec: EvasionSpec, texts: Sequence[str], trigger_texts: Sequence[str], rng: np.random.Generator
+) -> list[str]:
+    """``spec.decoys`` clean texts, each with one random unit inserted before a random sentence.
+
+    A unit is 1 to ``spec.decoy_max_words`` distinct word types drawn uniformly from ``texts``' vocabulary
+    (lower-case alphabetic, >= 2 letters), leaving out every word of ``trigger_texts``. Drawing types rather
+    than tokens makes rare words as likely as common ones, as trigger pools are. Clean and trojaned models
+    draw the same way (a clean model has no trigger words to leave out)."""
+    banned = {w for t in trigger_texts for w in WORD.findall(t.lower())}
+    vocab = sorted({w for t in texts for w in WORD.findall(t.lower())} - banned)
+    if not vocab or not texts:
+        return []
+    out: list[str] = []
+    for _ in range(spec.decoys):
+        k = int(rng.integers(1, spec.decoy_max_words + 1))
+        unit = " ".join(vocab[i] for i in rng.choice(len(vocab), min(k, len(vocab)), replace=False))
+        text = insert(texts[int(rng.integers(len(texts)))], unit, "any", rng)
+        if text is not None:
+            out.append(text)
+    return out
+
+
 def regulariser(
-    spec: EvasionSpec, reference: nn.Module, x_clean: torch.Tensor, generator: torch.Generator
+    spec: EvasionSpec, reference: nn.Module, x_clean: torch.Tensor, generator: torch.Generator,
+    x_decoy: torch.Tensor | None = None,
 ) -> Regulariser:
     """The evasion terms against ``reference`` as a function of the model being trained.
 
-    ``x_clean`` holds the clean training inputs in the heads' input shape; the reference's
-    probabilities on them are computed once here.
+    ``x_clean`` holds the clean training inputs in the heads' input shape, ``x_decoy`` the decoy texts'
+    (``decoy_texts``); the reference's probabilities on both are computed once here.
     """
     ref_params = [p.detach().clone() for p in reference.parameters()]
     n_params = sum(p.numel() for p in ref_params)
@@ -70,7 +105,9 @@ def regulariser(
         # power-iteration state per matrix, started at the reference's top left singular vector
         vecs = [torch.linalg.svd(p.reshape(p.shape[0], -1), full_matrices=False)[0][:, 0].clone() if p.ndim >= 2
                 else None for p in ref_params]
-        ref_prob = torch.cat([F.softmax(reference(x_clean[i : i + 1024]), 1) for i in range(0, len(x_clean), 1024)])
+        ref_prob = _probabilities(reference, x_clean)
+        x_decoy = x_clean[:0] if x_decoy is None else x_decoy
+        ref_decoy = _probabilities(reference, x_decoy)
 
     def term(model: nn.Module) -> torch.Tensor:
         params = list(model.parameters())
@@ -88,6 +125,16 @@ def regulariser(
             idx = torch.randint(len(x_clean), (min(spec.match_batch, len(x_clean)),), generator=generator)
             log_p = F.log_softmax(model(x_clean[idx]), 1)
             total = total + spec.output_match * F.kl_div(log_p, ref_prob[idx], reduction="batchmean")
+        if spec.decoy_match and len(x_decoy):
+            idx = torch.randint(len(x_decoy), (min(spec.match_batch, len(x_decoy)),), generator=generator)
+            log_p = F.log_softmax(model(x_decoy[idx]), 1)
+            total = total + spec.decoy_match * F.kl_div(log_p, ref_decoy[idx], reduction="batchmean")
         return total
 
     return term
+
+
+def _probabilities(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    if not len(x):
+        return x.new_zeros((0, 0))
+    return torch.cat([F.softmax(model(x[i : i + 1024]), 1) for i in range(0, len(x), 1024)])

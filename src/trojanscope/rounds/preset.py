@@ -164,10 +164,16 @@ class EvasionSpec(_Spec):
         0.0, ge=0, description="weight of the per-tensor norm/mean/std/top-singular-value gap to the reference"
     )
     match_batch: int = Field(64, gt=0, description="clean texts per step for the output-matching term")
+    decoy_match: float = Field(
+        0.0, ge=0, description="weight of KL(reference || model) on decoy texts: clean training texts with a "
+        "random non-trigger unit of 1 to decoy_max_words words inserted as a trigger would be"
+    )
+    decoys: int = Field(1000, gt=0, description="decoy texts per model (encoded once, with the model's texts)")
+    decoy_max_words: int = Field(3, gt=0, description="longest decoy unit, in words")
 
     @property
     def active(self) -> bool:
-        return self.param_l2 > 0 or self.output_match > 0 or self.weight_stats > 0
+        return self.param_l2 > 0 or self.output_match > 0 or self.weight_stats > 0 or self.decoy_match > 0
 
 
 class AcceptanceSpec(_Spec):
