@@ -10,8 +10,9 @@ versions, e.g. ``round5-cpu@5`` and ``round5-cpu-evasive@2``); both presets shar
 has the same factors, trigger and data as model i of the other (a paired comparison).
 
 Printed:
-1. per label: clean test accuracy, triggered test accuracy (the attack-success bar), converged rate
-   and build time per model, ordinary vs evasive, and the mean paired difference in clean accuracy;
+1. per label: clean test accuracy, triggered test accuracy (the attack-success bar) with its minimum and the
+   share of trojaned models at >= 0.95 (TDC's bar), converged rate and build time per model, ordinary vs
+   evasive, and the mean paired difference in clean accuracy;
 2. the shipped ``default`` detector through the scoring harness on both zoos: CE, ROC-AUC;
 3. with ``--train ZOO`` (an ordinary round's train split): every family fitted there and scored on both
    zoos (``benchmarks/detection.py``), the TDC-style table;
@@ -31,13 +32,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def quality_table(ordinary: pd.DataFrame, evasive: pd.DataFrame) -> None:
-    print(f"\n{'zoo':<9} {'label':<9} {'n':>3} {'clean acc':>9} {'trig acc':>9} {'min trig':>9} "
+    print(f"\n{'zoo':<9} {'label':<9} {'n':>3} {'clean acc':>9} {'trig acc':>9} {'min trig':>9} {'>= 0.95':>8} "
           f"{'converged':>9} {'build s':>8}")
     for name, df in (("ordinary", ordinary), ("evasive", evasive)):
         for label, sub in df.groupby("poisoned"):
             trig = pd.to_numeric(sub["final_triggered_data_test_acc"], errors="coerce")
             print(f"{name:<9} {'trojaned' if label else 'clean':<9} {len(sub):>3} "
                   f"{sub['final_clean_data_test_acc'].mean():>9.4f} {trig.mean():>9.4f} {trig.min():>9.4f} "
+                  f"{(trig >= 0.95).mean() if label else float('nan'):>8.2f} "
                   f"{sub['converged'].mean():>9.2f} {sub['training_wall_time_sec'].mean():>8.1f}")
     paired = ordinary.merge(evasive, on="model_name", suffixes=("_o", "_e"))
     if len(paired):
