@@ -230,7 +230,8 @@ def _evasion_regulariser(preset: Preset, spec: HeadSpec, model, data: ModelData,
         adversarial=adv,
         seed=seed,
     )
-    log(f"evasion reference: {ref.epochs} epochs, best {ref.best_epoch}, {ref.seconds:.1f} s; {len(decoys)} decoy texts")
+    log(f"evasion reference: {ref.epochs} epochs, best {ref.best_epoch}, {ref.seconds:.1f} s; "
+        f"{len(decoys)} decoy texts")
     gen = torch.Generator().manual_seed(seed)
     x_decoy = as_input(vec(decoys)) if decoys else None
     return evasion.regulariser(preset.evasion, reference, as_input(x_clean), gen, x_decoy)
