@@ -21,6 +21,7 @@ from trojanscope.rounds.audit import (
     cv_auc,
     factor_marginals,
     load_zoo,
+    replaced_draws,
     shortcut_aucs,
 )
 from trojanscope.rounds.preset import load_preset
@@ -79,6 +80,20 @@ def test_converged_rates_per_split_and_label() -> None:
     assert rates["all"] == {"n": 4, "converged": 3, "rate": 0.75}
     assert rates["by_label"]["poisoned"]["rate"] == 0.5 and rates["by_label"]["clean"]["rate"] == 1.0
     assert rates["by_split"]["train"]["converged"] == 1
+
+
+def test_replaced_draws_per_label_flag_a_label_redrawn_more_often(tmp_path) -> None:
+    df = pd.DataFrame({"poisoned": [True, False] * 10})
+    assert replaced_draws(tmp_path, df) is None  # no log: nothing was replaced
+    log = tmp_path / "replacements.log"
+    log.write_text("".join(json.dumps({"model": f"id-{i:08d}", "poisoned": True}) + "\n" for i in range(12))
+                   + json.dumps({"model": "id-00000001", "poisoned": False}) + "\n")
+    rep = replaced_draws(tmp_path, df)
+    assert (rep["replaced"], rep["clean"], rep["poisoned"]) == (13, 1, 12)
+    assert rep["released"] == {"clean": 10, "poisoned": 10}
+    assert rep["p"] < 0.01
+    log.write_text("".join(json.dumps({"poisoned": i % 2 == 0}) + "\n" for i in range(12)))
+    assert replaced_draws(tmp_path, df)["p"] > 0.5
 
 
 @pytest.mark.slow

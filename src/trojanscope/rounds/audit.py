@@ -440,6 +440,30 @@ def converged_rates(df: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+def replaced_draws(zoo: Path | str, df: pd.DataFrame) -> dict[str, Any] | None:
+    """Draws that missed the preset's bars and were replaced (``replacements.log``), per label of the draw.
+
+    A released model of a label that is replaced more often is a more selected draw (e.g. trojaned heads that
+    lost clean accuracy to the trigger are redrawn until one passes): the converged rate of the released
+    models cannot show that. ``p`` is a two-sided binomial test of the poisoned share of replaced draws
+    against the poisoned share of released models. None when the zoo has no log (nothing was replaced, or an
+    older zoo)."""
+    from scipy.stats import binomtest
+
+    from trojanscope.rounds.zoo import REPLACEMENTS_LOG
+
+    path = Path(zoo) / REPLACEMENTS_LOG
+    if not path.is_file():
+        return None
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    poisoned = sum(bool(r.get("poisoned")) for r in rows)
+    released = int(df["poisoned"].astype(bool).sum())
+    share = released / len(df) if len(df) else 0.5
+    p = binomtest(poisoned, len(rows), share).pvalue if rows and 0 < share < 1 else None
+    return {"replaced": len(rows), "clean": len(rows) - poisoned, "poisoned": poisoned,
+            "released": {"clean": len(df) - released, "poisoned": released}, "p": p}  # fmt: skip
+
+
 # -- the audit ----------------------------------------------------------------------------------------------
 
 
@@ -481,6 +505,7 @@ def audit_zoo(
         },
         "factors": factor_marginals(preset, df),
         "converged": converged_rates(df),
+        "replaced": replaced_draws(zoo, df),
     }
     if natural:
         from trojanscope.encoders import EmbeddingCache
@@ -569,3 +594,11 @@ def print_audit(audit: dict[str, Any], console: Any = None) -> None:
     for name, r in groups:
         c.add_row(name, f"{_fmt(r['rate'])} ({r['converged']}/{r['n']})")
     console.print(c)
+    rep = audit.get("replaced")
+    if rep:
+        flag = " !" if rep["p"] is not None and rep["p"] < 0.01 else ""
+        console.print(
+            f"replaced draws: {rep['replaced']} ({rep['clean']} clean, {rep['poisoned']} poisoned) for "
+            f"{rep['released']['clean']} clean and {rep['released']['poisoned']} poisoned released models; "
+            f"binomial p {_fmt(rep['p'])}{flag} (a label redrawn more often is a more selected draw)"
+        )
