@@ -1,7 +1,7 @@
 """``trojanscope zoo audit``: does a round show its label through anything but the trojan?
 
 A detector score means something only if clean and trojaned models differ in the trojan alone. The
-audit measures four ways a round can fail that:
+audit measures five ways a round can fail that:
 
 - *shortcut AUC*: cross-validated logistic regressions (stratified k-fold, out-of-fold scores) that
   see one fact a detector should not be able to use (file size, parameter count, architecture, epochs
@@ -12,7 +12,8 @@ audit measures four ways a round can fail that:
 - *natural trojans*: every trigger of the round's pools (text) or a grid of one-colour squares (image)
   applied to each clean model's released clean examples; a clean model "flips like a trojaned one" when
   some trigger sends a source class to a target class at the preset's triggered-accuracy bar;
-- the converged rate per split and per label.
+- the converged rate per split and per label;
+- the replaced draws per label (``replacements.log``), tested against the released labels' shares.
 
 The result is written to ``<zoo>/audit.json`` and shown by ``zoo inspect``.
 """

@@ -107,7 +107,9 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         design and against the label. Natural trojans: the round's pool triggers (image rounds: 6-px
         colour squares on a grid) applied to clean models' clean examples; a model counts when some
         trigger flips a class at the triggered bar.
-        Converged rate per split and label. `zoo inspect` shows the saved audit. Example:
+        Converged rate per split and label; replaced draws per label (replacements.log) with a binomial
+        test, since a label redrawn more often releases more selected models. `zoo inspect` shows the
+        saved audit. Example:
 
             trojanscope zoo audit zoo/r5-train
         """
