@@ -105,9 +105,10 @@ def regulariser(
         # power-iteration state per matrix, started at the reference's top left singular vector
         vecs = [torch.linalg.svd(p.reshape(p.shape[0], -1), full_matrices=False)[0][:, 0].clone() if p.ndim >= 2
                 else None for p in ref_params]
-        ref_prob = _probabilities(reference, x_clean)
-        x_decoy = x_clean[:0] if x_decoy is None else x_decoy
-        ref_decoy = _probabilities(reference, x_decoy)
+        # (weight, inputs, the reference's probabilities on them) of each output-matching term in use
+        matches = [(w, x, _probabilities(reference, x)) for w, x in ((spec.output_match, x_clean),
+                                                                      (spec.decoy_match, x_decoy))
+                   if w and x is not None and len(x)]
 
     def term(model: nn.Module) -> torch.Tensor:
         params = list(model.parameters())
@@ -121,20 +122,14 @@ def regulariser(
                 for p, s, u in zip(params, ref_stats, vecs, strict=True)
             ]
             total = total + spec.weight_stats * torch.stack(gaps).mean()
-        if spec.output_match and len(x_clean):
-            idx = torch.randint(len(x_clean), (min(spec.match_batch, len(x_clean)),), generator=generator)
-            log_p = F.log_softmax(model(x_clean[idx]), 1)
-            total = total + spec.output_match * F.kl_div(log_p, ref_prob[idx], reduction="batchmean")
-        if spec.decoy_match and len(x_decoy):
-            idx = torch.randint(len(x_decoy), (min(spec.match_batch, len(x_decoy)),), generator=generator)
-            log_p = F.log_softmax(model(x_decoy[idx]), 1)
-            total = total + spec.decoy_match * F.kl_div(log_p, ref_decoy[idx], reduction="batchmean")
+        for weight, x, ref in matches:
+            idx = torch.randint(len(x), (min(spec.match_batch, len(x)),), generator=generator)
+            log_p = F.log_softmax(model(x[idx]), 1)
+            total = total + weight * F.kl_div(log_p, ref[idx], reduction="batchmean")
         return total
 
     return term
 
 
 def _probabilities(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    if not len(x):
-        return x.new_zeros((0, 0))
     return torch.cat([F.softmax(model(x[i : i + 1024]), 1) for i in range(0, len(x), 1024)])
