@@ -43,3 +43,31 @@ def test_excluded_trigger_texts_are_never_drawn() -> None:
         for t in draw_plan(preset, split, i).triggers
     }
     assert drawn and not drawn & set(preset.triggers.exclude)
+
+
+def _three_class_source(**kw):
+    from trojanscope.rounds.preset import SourceSpec
+
+    return SourceSpec(name="ds", corpus="dynasent", **kw)
+
+
+def test_classes_reads_a_three_class_corpus_as_binary_in_the_order_given() -> None:
+    from trojanscope.rounds.dataset import _select_classes
+
+    preset, _ = load_preset("round5-cpu")  # 2 classes
+    samples = [Sample(f"t{i}", i % 3, "dynasent:r1") for i in range(9)]  # 0 neg, 1 neu, 2 pos
+    kept = _select_classes(preset, _three_class_source(classes=["positive", "negative"]), samples)
+    assert [(s.text, s.label) for s in kept] == [("t0", 1), ("t2", 0), ("t3", 1), ("t5", 0), ("t6", 1), ("t8", 0)]
+
+
+def test_a_corpus_with_more_classes_than_the_preset_needs_classes_named() -> None:
+    from trojanscope.rounds.dataset import _select_classes
+
+    preset, _ = load_preset("round5-cpu")
+    samples = [Sample("t", 1, "dynasent:r1")]
+    with pytest.raises(DataError, match=r"corpus 'dynasent' has 3 classes .* data.sources.classes"):
+        _select_classes(preset, _three_class_source(), samples)  # would have kept negative + neutral
+    with pytest.raises(DataError, match="must name 2 distinct classes"):
+        _select_classes(preset, _three_class_source(classes=["negative", "mixed"]), samples)
+    three, _ = load_preset("dynasent-cpu")
+    assert _select_classes(three, _three_class_source(), samples) == samples

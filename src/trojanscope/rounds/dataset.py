@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trojanscope.data import Sample, balance, clean_text, clip_words, dedupe, load_corpus
+from trojanscope.data import Sample, balance, class_names, clean_text, clip_words, dedupe, load_corpus
 from trojanscope.errors import DataError
 from trojanscope.rounds.preset import Preset, SourceSpec
 from trojanscope.triggers import PoisonedData, TriggerSpec, poison, split_sentences, spurious_eval, triggered_eval
@@ -69,6 +69,27 @@ def _compose(samples: list[Sample], k_range: tuple[int, int], rng: np.random.Gen
     return out
 
 
+def _select_classes(preset: Preset, source: SourceSpec, samples: list[Sample]) -> list[Sample]:
+    """The samples of the classes the round uses, labelled 0 .. n_classes - 1 (``source.classes``' order)."""
+    names = class_names(source.corpus)
+    if source.classes is None:
+        if len(names) > preset.n_classes:  # never keep "the first n" classes silently (DynaSent's 0, 1 = neg, neu)
+            raise DataError(
+                f"source {source.name!r}: corpus {source.corpus!r} has {len(names)} classes ({', '.join(names)}) "
+                f"and the preset {preset.n_classes}; name the ones to keep in data.sources.classes, e.g. "
+                f"classes = {list(names[:: len(names) - 1][: preset.n_classes])}"
+            )
+        return samples
+    unknown = [c for c in source.classes if c not in names]
+    if unknown or len(set(source.classes)) != preset.n_classes:
+        raise DataError(
+            f"source {source.name!r}: data.sources.classes must name {preset.n_classes} distinct classes of corpus "
+            f"{source.corpus!r} ({', '.join(names)}); got {source.classes}"
+        )
+    relabel = {names.index(c): i for i, c in enumerate(source.classes)}
+    return [Sample(s.text, relabel[s.label], s.source, s.split) for s in samples if s.label in relabel]
+
+
 def build_source_pool(preset: Preset, source: SourceSpec, data_root, encoder) -> SourcePool:
     """Load, clean, de-duplicate, fit to the token budget, balance and split one source."""
     rng = np.random.default_rng(np.random.SeedSequence(preset.data.seed, spawn_key=(hash_name(source.name),)))
@@ -76,7 +97,7 @@ def build_source_pool(preset: Preset, source: SourceSpec, data_root, encoder) ->
     if source.subsets:
         wanted = {f"{source.corpus}:{s}" for s in source.subsets}
         samples = [s for s in samples if s.source in wanted]
-    samples = [s for s in samples if s.label < preset.n_classes]
+    samples = _select_classes(preset, source, samples)
     samples = dedupe([Sample(clean_text(s.text), s.label, s.source, s.split) for s in samples])
     if source.max_words:
         samples = [Sample(clip_words(s.text, source.max_words), s.label, s.source, s.split) for s in samples]

@@ -40,6 +40,10 @@ class SourceSpec(_Spec):
     name: str = Field(description="the source_dataset level recorded in METADATA")
     corpus: str = Field(description="a registered corpus name (trojanscope.data.CORPORA)")
     subsets: list[str] | None = Field(None, description="keep only samples whose source is corpus:<subset>")
+    classes: list[str] | None = Field(
+        None, min_length=2, description="keep only these classes of the corpus (its class names), relabelled 0, 1, "
+        "... in this order: e.g. ['negative', 'positive'] reads 3-class DynaSent as a binary corpus",
+    )
     max_words: int | None = Field(None, gt=0, description="clip each text to its last N words")
     join: tuple[int, int] | None = Field(
         None, description="compose pseudo-reviews of k same-label sentences, k drawn in [min, max]"
