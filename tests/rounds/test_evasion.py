@@ -88,6 +88,35 @@ def test_zero_weights_are_inactive_and_negative_weights_refused(tmp_path, preset
         load_preset(bad)
 
 
+def test_freeze_keeps_the_named_tensors_at_the_reference_while_the_rest_trains():
+    ref, model = _head(0), _head(1)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(1.0)  # "trained": differs from both initialisations
+    frozen = evasion.freeze(model, ref, ["fc_layers.0.*", "linear.weight"])
+    assert frozen == ["fc_layers.0.weight", "fc_layers.0.bias", "linear.weight"]
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for _ in range(3):
+        loss = model(torch.randn(16, 1, 8)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    ref_params = dict(ref.named_parameters())
+    for name, p in model.named_parameters():
+        if name in frozen:
+            assert torch.equal(p, ref_params[name]), name
+        else:
+            assert not torch.equal(p, before[name]), name  # trained
+    evasion.thaw(model)
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_freeze_alone_makes_the_evasion_table_active():
+    assert EvasionSpec(freeze=["linear.*"]).active
+    assert not EvasionSpec().active
+
+
 def test_the_evasive_preset_is_registered_and_differs_only_by_evasion():
     assert "round5-cpu-evasive" in PRESETS.names()
     ev, _ = load_preset("round5-cpu-evasive")
@@ -103,7 +132,7 @@ def test_an_evasive_round_trains_a_reference_for_every_model(tmp_path, preset_te
 
     preset = tmp_path / "tiny-evasive.toml"
     preset.write_text(preset_text() + "\n[evasion]\nparam_l2 = 10.0\noutput_match = 1.0\nweight_stats = 1.0\n"
-                      "decoy_match = 1.0\ndecoys = 50\n")
+                      "decoy_match = 1.0\ndecoys = 50\nfreeze = [\"linear.*\"]\n")
     out = tmp_path / "zoo"
     make_zoo(preset, "train", 2, out, workers=1, data_root=data_root, cache_path=tmp_path / "c.sqlite", progress=False)
     models = sorted((out / "models").iterdir())
@@ -113,3 +142,4 @@ def test_an_evasive_round_trains_a_reference_for_every_model(tmp_path, preset_te
         log = (m / "log.txt").read_text() if (m / "log.txt").exists() else ""
         logs = log or "".join(p.read_text() for p in m.glob("*.log"))
         assert "evasion reference" in logs and "; 50 decoy texts" in logs, m.name
+        assert "evasion freeze: 2 tensors kept at the reference's values (linear.weight, linear.bias)" in logs

@@ -170,6 +170,8 @@ def build_model(
             log=log,
             regulariser=reg,
         )
+        if evasive:
+            evasion.thaw(model)
         timing.train_s += result.seconds
         timing.epochs += result.epochs
         timing.adversarial_steps += result.adversarial_steps
@@ -232,6 +234,9 @@ def _evasion_regulariser(preset: Preset, spec: HeadSpec, model, data: ModelData,
     )
     log(f"evasion reference: {ref.epochs} epochs, best {ref.best_epoch}, {ref.seconds:.1f} s; "
         f"{len(decoys)} decoy texts")
+    if preset.evasion.freeze:
+        frozen = evasion.freeze(model, reference, preset.evasion.freeze)
+        log(f"evasion freeze: {len(frozen)} tensors kept at the reference's values ({', '.join(frozen)})")
     gen = torch.Generator().manual_seed(seed)
     x_decoy = as_input(vec(decoys)) if decoys else None
     return evasion.regulariser(preset.evasion, reference, as_input(x_clean), gen, x_decoy)

@@ -21,6 +21,11 @@ model, clean or trojaned, so the pipeline (and its cost) is identical:
      has to react to its trigger alone, not to whatever shifts the summary vector the same way; this is
      what behaviour-based detectors (a scan of inserted words, trigger inversion) look for.
 
+``freeze`` (state-dict name patterns) goes further than any term: the matched parameters are set to the
+reference's trained values and not trained at all, so the trojan has to live in the others. A detector that
+reads only the frozen tensors (e.g. the matrix that reads the summary vector and the output layer) then reads a
+clean head trained on the model's own clean data.
+
 The reference is never written to disk. Detectors sit above rounds in the layer order, so the third
 term is computed from the statistics those families use rather than by importing a detector.
 """
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from fnmatch import fnmatchcase
 
 import numpy as np
 import torch
@@ -129,6 +135,26 @@ def regulariser(
         return total
 
     return term
+
+
+def freeze(model: nn.Module, reference: nn.Module, patterns: Sequence[str]) -> list[str]:
+    """Copy the parameters named by ``patterns`` (fnmatch on state-dict names) from ``reference`` into
+    ``model`` and stop their gradients; returns the frozen names. Undo with ``thaw`` after training."""
+    ref = dict(reference.named_parameters())
+    names: list[str] = []
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if any(fnmatchcase(name, pat) for pat in patterns):
+                p.copy_(ref[name])
+                p.requires_grad_(False)
+                names.append(name)
+    return names
+
+
+def thaw(model: nn.Module) -> None:
+    """Every parameter trainable again, as an unfrozen head's (nothing in the saved file tells them apart)."""
+    for p in model.parameters():
+        p.requires_grad_(True)
 
 
 def _probabilities(model: nn.Module, x: torch.Tensor) -> torch.Tensor:

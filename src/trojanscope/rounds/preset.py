@@ -174,10 +174,15 @@ class EvasionSpec(_Spec):
     )
     decoys: int = Field(1000, gt=0, description="decoy texts per model (encoded once, with the model's texts)")
     decoy_max_words: int = Field(3, gt=0, description="longest decoy unit, in words")
+    freeze: list[str] = Field(
+        default_factory=list, description="parameters (state-dict names, fnmatch patterns) the released head "
+        "keeps at the reference's trained values: a detector reading only them sees a clean head's"
+    )
 
     @property
     def active(self) -> bool:
-        return self.param_l2 > 0 or self.output_match > 0 or self.weight_stats > 0 or self.decoy_match > 0
+        return (self.param_l2 > 0 or self.output_match > 0 or self.weight_stats > 0 or self.decoy_match > 0
+                or bool(self.freeze))
 
 
 class AcceptanceSpec(_Spec):
