@@ -74,19 +74,23 @@ def test_foreign_words_are_not_scanned_in_the_default_encoders_vocabulary():
     assert len(scanned) > 800 and not words & scanned  # the shipped default scans 600 words, 200 phrases
 
 
-# benchmarks/varied/round5-varied.toml: a generator the shipped `default` is FITTED on (docs/detector-numbers.md).
-# The foreign zoos only check transfer if it shares nothing with them either: no trigger, no corpus.
+# benchmarks/varied/round5-varied*.toml: generators detectors are FITTED on (docs/detector-numbers.md).
+# The foreign zoos only check transfer if they share nothing with them either: no trigger, no corpus.
 VARIED = ROOT / "benchmarks" / "varied"
+TRAINING = {"round5-varied.toml": ("words.txt", "phrases.txt"), "round5-varied2.toml": ("words2.txt", "phrases2.txt")}
 
 
-def test_the_training_generator_shares_no_trigger_or_corpus_with_the_checks(monkeypatch):
+@pytest.mark.parametrize("name", sorted(TRAINING))
+def test_the_training_generator_shares_no_trigger_or_corpus_with_the_checks(monkeypatch, name):
     from trojanscope.detectors.features.scan import PhraseScan
     from trojanscope.encoders import get_encoder
 
     monkeypatch.chdir(ROOT)
-    varied = load_preset(VARIED / "round5-varied.toml")[0]
-    items = _items(VARIED / "words.txt") | _items(VARIED / "phrases.txt")
+    varied = load_preset(VARIED / name)[0]
+    items = {item for f in TRAINING[name] for item in _items(VARIED / f)}
     assert len(items) >= 30
+    others = {item for n, files in TRAINING.items() if n != name for f in files for item in _items(VARIED / f)}
+    assert not items & others  # the training generators differ from each other too
     foreign_items = {item for files in PRESETS.values() for f in files for item in _items(FOREIGN / f)}
     packaged = {item.lower() for name in POOLS.names() for item in load_pool(name)}
     scanned = {text.lower() for _, text in PhraseScan(progress=False).candidates(get_encoder("minilm"))}
