@@ -49,6 +49,54 @@ def test_each_term_alone_is_differentiable_and_reduces_the_gap():
         assert float(term(model).detach()) < before, name
 
 
+def test_spectrum_k_matches_the_leading_singular_values_by_block_power_iteration():
+    torch.manual_seed(0)
+    w = torch.randn(12, 7)
+    exact = torch.linalg.svdvals(w)
+    assert torch.allclose(evasion.tensor_stats(w, k=4)[3:], exact[:4])
+    assert len(evasion.tensor_stats(w, k=20)) == 3 + 7  # no more singular values than the matrix has
+    u = torch.linalg.svd(w, full_matrices=False)[0][:, :4].clone()
+    moved = w + 0.01 * torch.randn(12, 7)
+    for _ in range(5):
+        est = evasion.tensor_stats(moved, u, k=4)[3:]
+    assert torch.allclose(est, torch.linalg.svdvals(moved)[:4], rtol=1e-3)
+    # the term sees a change of the spectrum's shape that the top singular value alone misses
+    ref = _head(0)
+    x = torch.randn(16, 1, 8)
+    flat = _head(0)
+    with torch.no_grad():
+        m = flat.fc_layers[0].weight
+        uu, ss, vv = torch.linalg.svd(m, full_matrices=False)
+        m.copy_(uu @ torch.diag(torch.full_like(ss, float(ss[0]))) @ vv)  # same top value, flat spectrum
+    flat.eval()
+    top1 = evasion.regulariser(EvasionSpec(weight_stats=1.0), ref, x, torch.Generator().manual_seed(0))
+    topk = evasion.regulariser(EvasionSpec(weight_stats=1.0, spectrum_k=6), ref, x, torch.Generator().manual_seed(0))
+    assert float(topk(flat).detach()) > 3 * float(top1(flat).detach())
+
+
+def test_scaled_decoys_extrapolate_each_decoys_shift():
+    base = np.zeros((3, 4), dtype=np.float32)
+    decoy = np.ones((3, 4), dtype=np.float32)
+    assert evasion.scaled_decoys(base, decoy, [1.0]) is decoy
+    out = evasion.scaled_decoys(base, decoy, [1.0, 2.0])
+    assert out.shape == (6, 4) and out.dtype == np.float32
+    assert (out[:3] == 1).all() and (out[3:] == 2).all()
+    with pytest.raises(ValueError):
+        EvasionSpec(decoy_scales=[0.0])
+    with pytest.raises(ValueError):
+        EvasionSpec(decoy_scales=[])
+
+
+def test_decoy_pairs_name_the_clean_text_each_decoy_came_from():
+    spec = EvasionSpec(decoy_match=1.0, decoys=50)
+    texts = ["The film is fine. I liked the cast.", "A dull story. The music is loud."]
+    pairs = evasion.decoy_pairs(spec, texts, [], np.random.default_rng(0))
+    assert [d for _, d in pairs] == evasion.decoy_texts(spec, texts, [], np.random.default_rng(0))
+    for base, decoy in pairs:
+        assert base in texts and not Counter(evasion.WORD.findall(base.lower())) - Counter(
+            evasion.WORD.findall(decoy.lower()))
+
+
 def test_decoy_match_reads_only_the_decoys():
     ref = _head(0)
     x, decoy = torch.randn(32, 1, 8), torch.randn(32, 1, 8)

@@ -117,14 +117,15 @@ def build_model(
         rng = np.random.default_rng(np.random.SeedSequence(plan.seed, spawn_key=(attempt,)))
         data = model_data(preset, pool, plan.triggers, rng)
         texts = data.texts_to_encode()
-        decoys: list[str] = []
+        decoys: list[tuple[str, str]] = []  # (clean text, decoy)
         if evasive:  # the reference head learns from the pre-trigger texts (a clean model: the same texts)
             if preset.evasion.decoy_match:  # its own stream: the other draws stay as they were without decoys
                 decoy_rng = np.random.default_rng(np.random.SeedSequence(plan.seed, spawn_key=(attempt, 1)))
-                decoys = evasion.decoy_texts(preset.evasion, data.clean_train_texts, [t.text for t in plan.triggers],
+                decoys = evasion.decoy_pairs(preset.evasion, data.clean_train_texts, [t.text for t in plan.triggers],
                                              decoy_rng)
             seen = set(texts)
-            texts = texts + list(dict.fromkeys(t for t in (*data.clean_train_texts, *decoys) if t not in seen))
+            texts = texts + list(dict.fromkeys(t for t in (*data.clean_train_texts, *(d for _, d in decoys))
+                                               if t not in seen))
         clean_subset = list({t for t in texts if t in clean_texts})
         if cache is not None and clean_subset:
             # Measured, not assumed: how many of this model's clean texts were not yet cached.
@@ -204,7 +205,7 @@ def build_model(
 
 
 def _evasion_regulariser(preset: Preset, spec: HeadSpec, model, data: ModelData, vec, adv, seed: int,
-                         max_epochs: int, log, decoys: list[str]):
+                         max_epochs: int, log, decoys: list[tuple[str, str]]):
     """Train the clean reference head from ``model``'s initialisation; return the evasion terms against it.
 
     Every model of an evasive round goes through this, clean or trojaned, with the same recipe and seed.
@@ -238,7 +239,10 @@ def _evasion_regulariser(preset: Preset, spec: HeadSpec, model, data: ModelData,
         frozen = evasion.freeze(model, reference, preset.evasion.freeze)
         log(f"evasion freeze: {len(frozen)} tensors kept at the reference's values ({', '.join(frozen)})")
     gen = torch.Generator().manual_seed(seed)
-    x_decoy = as_input(vec(decoys)) if decoys else None
+    x_decoy = None
+    if decoys:
+        x_decoy = as_input(evasion.scaled_decoys(vec([b for b, _ in decoys]), vec([d for _, d in decoys]),
+                                                 preset.evasion.decoy_scales))
     return evasion.regulariser(preset.evasion, reference, as_input(x_clean), gen, x_decoy)
 
 

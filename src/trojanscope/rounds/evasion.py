@@ -47,34 +47,56 @@ from trojanscope.triggers import insert
 Regulariser = Callable[[nn.Module], torch.Tensor]
 
 
-def tensor_stats(p: torch.Tensor, u: torch.Tensor | None = None) -> torch.Tensor:
-    """Norm, mean, std and (for a matrix) top singular value of one parameter tensor, differentiable.
+def tensor_stats(p: torch.Tensor, u: torch.Tensor | None = None, k: int = 1) -> torch.Tensor:
+    """Norm, mean, std and (for a matrix) the top ``k`` singular values of one parameter tensor, differentiable.
 
-    With ``u`` (a unit vector of the matrix's row space, updated in place) the singular value comes from
-    one power-iteration step, as in ``torch.nn.utils.spectral_norm``: a full SVD per training step costs
-    more than the step itself.
+    With ``u`` (the matrix's leading left singular vector, or a [rows, k] orthonormal block of them, updated
+    in place) the singular values come from one (block) power-iteration step, as in
+    ``torch.nn.utils.spectral_norm``: a full SVD per training step costs more than the step itself.
     """
     flat = p.reshape(-1)
     parts = [flat.norm(), flat.mean(), flat.std() if flat.numel() > 1 else flat.new_zeros(())]
-    if p.ndim >= 2:
-        w = p.reshape(p.shape[0], -1)
-        if u is None:
-            parts.append(torch.linalg.matrix_norm(w, ord=2))
-        else:
-            with torch.no_grad():
-                v = F.normalize(w.t() @ u, dim=0)
-                u.copy_(F.normalize(w @ v, dim=0))
-            parts.append(u @ w @ v)
-    return torch.stack(parts)
+    if p.ndim < 2:
+        return torch.stack(parts)
+    w = p.reshape(p.shape[0], -1)
+    if u is None:
+        return torch.cat([torch.stack(parts), torch.linalg.svdvals(w)[: min(k, *w.shape)]])
+    if u.ndim == 1:
+        with torch.no_grad():
+            v = F.normalize(w.t() @ u, dim=0)
+            u.copy_(F.normalize(w @ v, dim=0))
+        return torch.stack([*parts, u @ w @ v])
+    with torch.no_grad():
+        v = torch.linalg.qr(w.t() @ u)[0]
+        u.copy_(torch.linalg.qr(w @ v)[0])
+    return torch.cat([torch.stack(parts), (u * (w @ v)).sum(0).abs()])
+
+
+def _leading_left_vectors(p: torch.Tensor, k: int) -> torch.Tensor | None:
+    """The power-iteration state of ``tensor_stats`` for a matrix, started at its SVD; None for a vector."""
+    if p.ndim < 2:
+        return None
+    u = torch.linalg.svd(p.reshape(p.shape[0], -1), full_matrices=False)[0]
+    return u[:, 0].clone() if k == 1 else u[:, : min(k, u.shape[1])].clone()
+
+
+def scaled_decoys(x_base: np.ndarray, x_decoy: np.ndarray, scales: Sequence[float]) -> np.ndarray:
+    """The decoys at each multiple of their shift from their clean texts: ``base + s (decoy - base)`` per scale,
+    stacked scale by scale (scale 1 is the decoys themselves)."""
+    if list(scales) == [1.0]:
+        return x_decoy
+    shift = x_decoy - x_base
+    return np.concatenate([x_decoy if s == 1.0 else (x_base + s * shift).astype(x_decoy.dtype) for s in scales])
 
 
 WORD = re.compile(r"[a-z]{2,}")
 
 
-def decoy_texts(
+def decoy_pairs(
     spec: EvasionSpec, texts: Sequence[str], trigger_texts: Sequence[str], rng: np.random.Generator
-) -> list[str]:
-    """``spec.decoys`` clean texts, each with one random unit inserted before a random sentence.
+) -> list[tuple[str, str]]:
+    """``spec.decoys`` (clean text, decoy) pairs: the clean text with one random unit inserted before a random
+    sentence.
 
     A unit is 1 to ``spec.decoy_max_words`` distinct word types drawn uniformly from ``texts``' vocabulary
     (lower-case alphabetic, >= 2 letters), leaving out every word of ``trigger_texts``. Drawing types rather
@@ -84,14 +106,22 @@ def decoy_texts(
     vocab = sorted({w for t in texts for w in WORD.findall(t.lower())} - banned)
     if not vocab or not texts:
         return []
-    out: list[str] = []
+    out: list[tuple[str, str]] = []
     for _ in range(spec.decoys):
         k = int(rng.integers(1, spec.decoy_max_words + 1))
         unit = " ".join(vocab[i] for i in rng.choice(len(vocab), min(k, len(vocab)), replace=False))
-        text = insert(texts[int(rng.integers(len(texts)))], unit, "any", rng)
+        base = texts[int(rng.integers(len(texts)))]
+        text = insert(base, unit, "any", rng)
         if text is not None:
-            out.append(text)
+            out.append((base, text))
     return out
+
+
+def decoy_texts(
+    spec: EvasionSpec, texts: Sequence[str], trigger_texts: Sequence[str], rng: np.random.Generator
+) -> list[str]:
+    """The decoys of ``decoy_pairs`` without their clean texts."""
+    return [d for _, d in decoy_pairs(spec, texts, trigger_texts, rng)]
 
 
 def regulariser(
@@ -107,10 +137,9 @@ def regulariser(
     n_params = sum(p.numel() for p in ref_params)
     with torch.no_grad():
         reference.eval()
-        ref_stats = [tensor_stats(p) for p in ref_params]
-        # power-iteration state per matrix, started at the reference's top left singular vector
-        vecs = [torch.linalg.svd(p.reshape(p.shape[0], -1), full_matrices=False)[0][:, 0].clone() if p.ndim >= 2
-                else None for p in ref_params]
+        ref_stats = [tensor_stats(p, k=spec.spectrum_k) for p in ref_params]
+        # power-iteration state per matrix, started at the reference's top left singular vector(s)
+        vecs = [_leading_left_vectors(p, spec.spectrum_k) for p in ref_params]
         # (weight, inputs, the reference's probabilities on them) of each output-matching term in use
         matches = [(w, x, _probabilities(reference, x)) for w, x in ((spec.output_match, x_clean),
                                                                       (spec.decoy_match, x_decoy))
@@ -124,7 +153,7 @@ def regulariser(
             total = total + spec.param_l2 * sq / n_params
         if spec.weight_stats:
             gaps = [
-                (((tensor_stats(p, u) - s) / (s.abs() + 1e-3)) ** 2).mean()
+                (((tensor_stats(p, u, spec.spectrum_k) - s) / (s.abs() + 1e-3)) ** 2).mean()
                 for p, s, u in zip(params, ref_stats, vecs, strict=True)
             ]
             total = total + spec.weight_stats * torch.stack(gaps).mean()

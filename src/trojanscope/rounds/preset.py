@@ -174,6 +174,13 @@ class EvasionSpec(_Spec):
     )
     decoys: int = Field(1000, gt=0, description="decoy texts per model (encoded once, with the model's texts)")
     decoy_max_words: int = Field(3, gt=0, description="longest decoy unit, in words")
+    decoy_scales: list[Annotated[float, Field(gt=0)]] = Field(
+        default_factory=lambda: [1.0], min_length=1, description="each decoy also enters at these multiples of "
+        "its summary-vector shift from its clean text (2.0: a unit moving the vector twice as far, as a "
+        "detector's scan probes); [1.0] is the decoy texts as encoded"
+    )
+    spectrum_k: int = Field(1, gt=0, description="leading singular values per matrix in weight_stats (1: the top "
+                            "one; more: the spectrum's shape, which weight-ratio features read)")
     freeze: list[str] = Field(
         default_factory=list, description="parameters (state-dict names, fnmatch patterns) the released head "
         "keeps at the reference's trained values: a detector reading only them sees a clean head's"
