@@ -60,6 +60,8 @@ def tensor_stats(p: torch.Tensor, u: torch.Tensor | None = None, k: int = 1) -> 
         return torch.stack(parts)
     w = p.reshape(p.shape[0], -1)
     if u is None:
+        if k == 1:  # as every model built before spectrum_k existed computed it
+            return torch.stack([*parts, torch.linalg.matrix_norm(w, ord=2)])
         return torch.cat([torch.stack(parts), torch.linalg.svdvals(w)[: min(k, *w.shape)]])
     if u.ndim == 1:
         with torch.no_grad():
