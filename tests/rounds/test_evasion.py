@@ -97,6 +97,23 @@ def test_decoy_pairs_name_the_clean_text_each_decoy_came_from():
             evasion.WORD.findall(decoy.lower()))
 
 
+def test_decoy_mining_matches_the_decoys_the_head_disagrees_with_most():
+    ref = _head(0).eval()
+    x, decoy = torch.randn(32, 1, 8), torch.randn(200, 1, 8) * 3
+    other = _head(1).eval()
+    with torch.no_grad():
+        p_ref = torch.softmax(ref(decoy), 1)
+        everyone = torch.nn.functional.kl_div(torch.log_softmax(other(decoy), 1), p_ref, reduction="none").sum(1)
+    for mining in (1, 8):
+        spec = EvasionSpec(decoy_match=1.0, match_batch=8, decoy_mining=mining)
+        term = evasion.regulariser(spec, ref, x, torch.Generator().manual_seed(0), decoy)
+        value = float(term(other).detach())
+        if mining == 1:
+            assert value < float(torch.topk(everyone, 30).values.mean())
+        else:  # the 8 hardest of 64 draws sit in the population's top quarter
+            assert value > float(torch.quantile(everyone, 0.75))
+
+
 def test_decoy_match_reads_only_the_decoys():
     ref = _head(0)
     x, decoy = torch.randn(32, 1, 8), torch.randn(32, 1, 8)

@@ -20,6 +20,8 @@ model, clean or trojaned, so the pipeline (and its cost) is identical:
      vocabulary (never a word of its triggers) inserted where a trigger would go. A trojaned head then
      has to react to its trigger alone, not to whatever shifts the summary vector the same way; this is
      what behaviour-based detectors (a scan of inserted words, trigger inversion) look for.
+     ``decoy_scales`` adds the decoys at multiples of their summary-vector shift; ``decoy_mining`` > 1
+     draws that many decoys per one used and keeps those the head currently disagrees with most.
 
 ``freeze`` (state-dict name patterns) goes further than any term: the matched parameters are set to the
 reference's trained values and not trained at all, so the trojan has to live in the others. A detector that
@@ -142,9 +144,10 @@ def regulariser(
         ref_stats = [tensor_stats(p, k=spec.spectrum_k) for p in ref_params]
         # power-iteration state per matrix, started at the reference's top left singular vector(s)
         vecs = [_leading_left_vectors(p, spec.spectrum_k) for p in ref_params]
-        # (weight, inputs, the reference's probabilities on them) of each output-matching term in use
-        matches = [(w, x, _probabilities(reference, x)) for w, x in ((spec.output_match, x_clean),
-                                                                      (spec.decoy_match, x_decoy))
+        # (weight, inputs, the reference's probabilities on them, candidates per input used) of each
+        # output-matching term in use
+        matches = [(w, x, _probabilities(reference, x), m)
+                   for w, x, m in ((spec.output_match, x_clean, 1), (spec.decoy_match, x_decoy, spec.decoy_mining))
                    if w and x is not None and len(x)]
 
     def term(model: nn.Module) -> torch.Tensor:
@@ -159,8 +162,13 @@ def regulariser(
                 for p, s, u in zip(params, ref_stats, vecs, strict=True)
             ]
             total = total + spec.weight_stats * torch.stack(gaps).mean()
-        for weight, x, ref in matches:
-            idx = torch.randint(len(x), (min(spec.match_batch, len(x)),), generator=generator)
+        for weight, x, ref, mining in matches:
+            n = min(spec.match_batch, len(x))
+            idx = torch.randint(len(x), (n * mining,), generator=generator)
+            if mining > 1:  # hard decoys: the n of n * mining draws the head now disagrees with most
+                with torch.no_grad():
+                    gap = F.kl_div(F.log_softmax(model(x[idx]), 1), ref[idx], reduction="none").sum(1)
+                idx = idx[torch.topk(gap, n).indices]
             log_p = F.log_softmax(model(x[idx]), 1)
             total = total + weight * F.kl_div(log_p, ref[idx], reduction="batchmean")
         return total

@@ -179,6 +179,8 @@ class EvasionSpec(_Spec):
         "its summary-vector shift from its clean text (2.0: a unit moving the vector twice as far, as a "
         "detector's scan probes); [1.0] is the decoy texts as encoded"
     )
+    decoy_mining: int = Field(1, gt=0, description="decoys drawn per decoy matched in a step: the step matches "
+                              "the reference on those the head disagrees with most (1: a uniform draw)")
     spectrum_k: int = Field(1, gt=0, description="leading singular values per matrix in weight_stats (1: the top "
                             "one; more: the spectrum's shape, which weight-ratio features read)")
     freeze: list[str] = Field(
