@@ -114,6 +114,22 @@ def test_decoy_mining_matches_the_decoys_the_head_disagrees_with_most():
             assert value > float(torch.quantile(everyone, 0.75))
 
 
+def test_decoy_sentences_insert_whole_sentences_of_other_texts_without_trigger_words():
+    spec = EvasionSpec(decoy_match=1.0, decoys=300, decoy_sentences=0.5)
+    texts = ["The film is fine. I liked the cast.", "A dull story. The music is loud.", "Great fun for everyone."]
+    sentences = {"The film is fine.", "I liked the cast.", "A dull story.", "The music is loud.",
+                 "Great fun for everyone."}
+    pairs = evasion.decoy_pairs(spec, texts, ["cast"], np.random.default_rng(0))
+
+    def words(t):
+        return Counter(evasion.WORD.findall(t.lower()))
+
+    units = [words(d) - words(b) for b, d in pairs]
+    whole = [u for u in units if any(u == words(s) for s in sentences)]
+    assert 0.3 * len(pairs) < len(whole) < 0.7 * len(pairs)
+    assert words("I liked the cast.") not in units  # holds a trigger word
+
+
 def test_decoy_match_reads_only_the_decoys():
     ref = _head(0)
     x, decoy = torch.randn(32, 1, 8), torch.randn(32, 1, 8)

@@ -21,7 +21,8 @@ model, clean or trojaned, so the pipeline (and its cost) is identical:
      has to react to its trigger alone, not to whatever shifts the summary vector the same way; this is
      what behaviour-based detectors (a scan of inserted words, trigger inversion) look for.
      ``decoy_scales`` adds the decoys at multiples of their summary-vector shift; ``decoy_mining`` > 1
-     draws that many decoys per one used and keeps those the head currently disagrees with most.
+     draws that many decoys per one used and keeps those the head currently disagrees with most;
+     ``decoy_sentences`` makes that share of decoy units whole sentences of other training texts.
 
 ``freeze`` (state-dict name patterns) goes further than any term: the matched parameters are set to the
 reference's trained values and not trained at all, so the trojan has to live in the others. A detector that
@@ -44,7 +45,7 @@ from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
 from trojanscope.rounds.preset import EvasionSpec
-from trojanscope.triggers import insert
+from trojanscope.triggers import insert, split_sentences
 
 Regulariser = Callable[[nn.Module], torch.Tensor]
 
@@ -99,21 +100,29 @@ WORD = re.compile(r"[a-z]{2,}")
 def decoy_pairs(
     spec: EvasionSpec, texts: Sequence[str], trigger_texts: Sequence[str], rng: np.random.Generator
 ) -> list[tuple[str, str]]:
-    """``spec.decoys`` (clean text, decoy) pairs: the clean text with one random unit inserted before a random
-    sentence.
+    """Up to ``spec.decoys`` (clean text, decoy) pairs: the clean text with one random unit inserted before a
+    random sentence.
 
     A unit is 1 to ``spec.decoy_max_words`` distinct word types drawn uniformly from ``texts``' vocabulary
     (lower-case alphabetic, >= 2 letters), leaving out every word of ``trigger_texts``. Drawing types rather
     than tokens makes rare words as likely as common ones, as trigger pools are. Clean and trojaned models
-    draw the same way (a clean model has no trigger words to leave out)."""
+    draw the same way (a clean model has no trigger words to leave out). With ``spec.decoy_sentences`` that
+    share of units is instead one whole sentence of another training text (skipped if it holds a trigger
+    word): a trojaned head must not answer content of a sentence's size the way it answers its trigger."""
     banned = {w for t in trigger_texts for w in WORD.findall(t.lower())}
     vocab = sorted({w for t in texts for w in WORD.findall(t.lower())} - banned)
     if not vocab or not texts:
         return []
     out: list[tuple[str, str]] = []
     for _ in range(spec.decoys):
-        k = int(rng.integers(1, spec.decoy_max_words + 1))
-        unit = " ".join(vocab[i] for i in rng.choice(len(vocab), min(k, len(vocab)), replace=False))
+        if spec.decoy_sentences and rng.random() < spec.decoy_sentences:
+            sentences = split_sentences(texts[int(rng.integers(len(texts)))])
+            unit = sentences[int(rng.integers(len(sentences)))]
+            if banned & set(WORD.findall(unit.lower())):
+                continue
+        else:
+            k = int(rng.integers(1, spec.decoy_max_words + 1))
+            unit = " ".join(vocab[i] for i in rng.choice(len(vocab), min(k, len(vocab)), replace=False))
         base = texts[int(rng.integers(len(texts)))]
         text = insert(base, unit, "any", rng)
         if text is not None:
