@@ -91,7 +91,7 @@ def test_decoy_pairs_name_the_clean_text_each_decoy_came_from():
     spec = EvasionSpec(decoy_match=1.0, decoys=50)
     texts = ["The film is fine. I liked the cast.", "A dull story. The music is loud."]
     pairs = evasion.decoy_pairs(spec, texts, [], np.random.default_rng(0))
-    assert [d for _, d in pairs] == evasion.decoy_texts(spec, texts, [], np.random.default_rng(0))
+    assert pairs == evasion.decoy_pairs(spec, texts, [], np.random.default_rng(0))  # deterministic
     for base, decoy in pairs:
         assert base in texts and not Counter(evasion.WORD.findall(base.lower())) - Counter(
             evasion.WORD.findall(decoy.lower()))
@@ -142,11 +142,11 @@ def test_decoy_match_reads_only_the_decoys():
     assert float(without(other).detach()) == 0.0
 
 
-def test_decoy_texts_insert_non_trigger_units_deterministically():
+def test_decoys_insert_non_trigger_units_deterministically():
     spec = EvasionSpec(decoy_match=1.0, decoys=200, decoy_max_words=3)
     texts = ["The film is fine. I liked the cast.", "A dull story. The music is loud.", "Great fun for everyone."]
-    a = evasion.decoy_texts(spec, texts, ["cast music"], np.random.default_rng(0))
-    assert a == evasion.decoy_texts(spec, texts, ["cast music"], np.random.default_rng(0))
+    a = [d for _, d in evasion.decoy_pairs(spec, texts, ["cast music"], np.random.default_rng(0))]
+    assert a == [d for _, d in evasion.decoy_pairs(spec, texts, ["cast music"], np.random.default_rng(0))]
     assert len(a) == 200 and not set(a) & set(texts)
     vocab = {w for t in texts for w in evasion.WORD.findall(t.lower())} - {"cast", "music"}
     sizes = set()
@@ -158,7 +158,7 @@ def test_decoy_texts_insert_non_trigger_units_deterministically():
         assert set(unit) <= vocab, d
         sizes.add(sum(unit.values()))
     assert sizes == {1, 2, 3}
-    assert evasion.decoy_texts(spec, [], [], np.random.default_rng(0)) == []
+    assert evasion.decoy_pairs(spec, [], [], np.random.default_rng(0)) == []
 
 
 def test_zero_weights_are_inactive_and_negative_weights_refused(tmp_path, preset_text):

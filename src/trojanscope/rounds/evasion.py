@@ -130,13 +130,6 @@ def decoy_pairs(
     return out
 
 
-def decoy_texts(
-    spec: EvasionSpec, texts: Sequence[str], trigger_texts: Sequence[str], rng: np.random.Generator
-) -> list[str]:
-    """The decoys of ``decoy_pairs`` without their clean texts."""
-    return [d for _, d in decoy_pairs(spec, texts, trigger_texts, rng)]
-
-
 def regulariser(
     spec: EvasionSpec, reference: nn.Module, x_clean: torch.Tensor, generator: torch.Generator,
     x_decoy: torch.Tensor | None = None,
@@ -144,7 +137,7 @@ def regulariser(
     """The evasion terms against ``reference`` as a function of the model being trained.
 
     ``x_clean`` holds the clean training inputs in the heads' input shape, ``x_decoy`` the decoy texts'
-    (``decoy_texts``); the reference's probabilities on both are computed once here.
+    (``decoy_pairs``, at ``decoy_scales``); the reference's probabilities on both are computed once here.
     """
     ref_params = [p.detach().clone() for p in reference.parameters()]
     n_params = sum(p.numel() for p in ref_params)
