@@ -114,7 +114,7 @@ def test_decoy_mining_matches_the_decoys_the_head_disagrees_with_most():
             assert value > float(torch.quantile(everyone, 0.75))
 
 
-def test_decoy_sentences_insert_whole_sentences_of_other_texts_without_trigger_words():
+def test_decoy_sentences_insert_whole_training_sentences_without_trigger_words():
     spec = EvasionSpec(decoy_match=1.0, decoys=300, decoy_sentences=0.5)
     texts = ["The film is fine. I liked the cast.", "A dull story. The music is loud.", "Great fun for everyone."]
     sentences = {"The film is fine.", "I liked the cast.", "A dull story.", "The music is loud.",

@@ -22,7 +22,7 @@ model, clean or trojaned, so the pipeline (and its cost) is identical:
      what behaviour-based detectors (a scan of inserted words, trigger inversion) look for.
      ``decoy_scales`` adds the decoys at multiples of their summary-vector shift; ``decoy_mining`` > 1
      draws that many decoys per one used and keeps those the head currently disagrees with most;
-     ``decoy_sentences`` makes that share of decoy units whole sentences of other training texts.
+     ``decoy_sentences`` makes that share of decoy units whole sentences of random training texts.
 
 ``freeze`` (state-dict name patterns) goes further than any term: the matched parameters are set to the
 reference's trained values and not trained at all, so the trojan has to live in the others. A detector that
@@ -107,7 +107,7 @@ def decoy_pairs(
     (lower-case alphabetic, >= 2 letters), leaving out every word of ``trigger_texts``. Drawing types rather
     than tokens makes rare words as likely as common ones, as trigger pools are. Clean and trojaned models
     draw the same way (a clean model has no trigger words to leave out). With ``spec.decoy_sentences`` that
-    share of units is instead one whole sentence of another training text (skipped if it holds a trigger
+    share of units is instead one whole sentence of a random training text (skipped if it holds a trigger
     word): a trojaned head must not answer content of a sentence's size the way it answers its trigger."""
     banned = {w for t in trigger_texts for w in WORD.findall(t.lower())}
     vocab = sorted({w for t in texts for w in WORD.findall(t.lower())} - banned)

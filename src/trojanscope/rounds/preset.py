@@ -180,7 +180,7 @@ class EvasionSpec(_Spec):
         "detector's scan probes); [1.0] is the decoy texts as encoded"
     )
     decoy_sentences: float = Field(0.0, ge=0, le=1, description="share of decoys whose unit is one whole "
-                                   "sentence of another training text instead of 1 to decoy_max_words words")
+                                   "sentence of a random training text instead of 1 to decoy_max_words words")
     decoy_mining: int = Field(1, gt=0, description="decoys drawn per decoy matched in a step: the step matches "
                               "the reference on those the head disagrees with most (1: a uniform draw)")
     spectrum_k: int = Field(1, gt=0, description="leading singular values per matrix in weight_stats (1: the top "
