@@ -224,3 +224,48 @@ def test_an_evasive_round_trains_a_reference_for_every_model(tmp_path, preset_te
         logs = log or "".join(p.read_text() for p in m.glob("*.log"))
         assert "evasion reference" in logs and "; 50 decoy texts" in logs, m.name
         assert "evasion freeze: 2 tensors kept at the reference's values (linear.weight, linear.bias)" in logs
+
+
+def _labelled(n: int = 64, dim: int = 8):
+    gen = torch.Generator().manual_seed(3)
+    y = torch.arange(n) % 2
+    x = torch.randn(n, 1, dim, generator=gen) * torch.linspace(0.5, 2.0, dim) + y[:, None, None] * 0.8
+    return x, y.numpy()
+
+
+def test_input_spectrum_vanishes_at_the_reference_and_is_learnable():
+    x, y = _labelled()
+    spec = EvasionSpec(input_spectrum=1.0, input_spectrum_pcs=3, input_spectrum_k=2)
+    ref = _head(0)
+    term = evasion.regulariser(spec, ref, x, torch.Generator().manual_seed(0), y_clean=y)
+    assert float(term(_head(0)).detach()) == pytest.approx(0.0, abs=1e-6)
+    model = _head(1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    before = float(term(model).detach())
+    assert before > 1e-4
+    for _ in range(40):
+        opt.zero_grad()
+        term(model).backward()
+        opt.step()
+    assert float(term(model).detach()) < before
+    with pytest.raises(ValueError, match="labels"):
+        evasion.regulariser(spec, ref, x, torch.Generator().manual_seed(0))
+
+
+def test_input_spectrum_reads_the_input_matrix_as_an_exact_svd_would():
+    x, y = _labelled()
+    ref = _head(0)
+    spectrum = evasion.InputSpectrum(ref, x.numpy(), y, n_pcs=3, k=2)
+    head = _head(1)
+    params = list(head.parameters())
+    for _ in range(200):  # power iteration from the reference's directions converges to the head's own
+        est = spectrum(params).detach()
+    w = params[spectrum.index[0]].detach().double().numpy()
+    xs = x.numpy().reshape(len(x), -1).astype(np.float64)
+    data = xs - xs.mean(0)
+    pcs = np.linalg.svd(data, full_matrices=False)[2][:3]
+    top = np.linalg.svd(w, compute_uv=False) ** 2
+    off = np.linalg.svd(w @ (np.eye(8) - pcs.T @ pcs), compute_uv=False) ** 2
+    assert est[:2].numpy() == pytest.approx(np.cumsum(off[:2]) / top[:2].sum(), rel=1e-3)
+    assert est[4].item() == pytest.approx(top[:2].sum() / (w**2).sum(), rel=1e-3)
+    assert spectrum.index == [0]  # the FC head's first layer is the only matrix reading the input

@@ -243,7 +243,8 @@ def _evasion_regulariser(preset: Preset, spec: HeadSpec, model, data: ModelData,
     if decoys:
         x_decoy = as_input(evasion.scaled_decoys(vec([b for b, _ in decoys]), vec([d for _, d in decoys]),
                                                  preset.evasion.decoy_scales))
-    return evasion.regulariser(preset.evasion, reference, as_input(x_clean), gen, x_decoy)
+    return evasion.regulariser(preset.evasion, reference, as_input(x_clean), gen, x_decoy,
+                               np.asarray(data.clean_train_labels))
 
 
 class _Vectors:

@@ -22,7 +22,12 @@ model, clean or trojaned, so the pipeline (and its cost) is identical:
      what behaviour-based detectors (a scan of inserted words, trigger inversion) look for.
      ``decoy_scales`` adds the decoys at multiples of their summary-vector shift; ``decoy_mining`` > 1
      draws that many decoys per one used and keeps those the head currently disagrees with most;
-     ``decoy_sentences`` makes that share of decoy units whole sentences of random training texts.
+     ``decoy_sentences`` makes that share of decoy units whole sentences of random training texts;
+   - ``input_spectrum``: the squared gap between the model's and the reference's leading energies of the
+     matrices that read the input (summary vector) outside the clean training data's leading principal
+     components and outside the class-mean gap, raw and with inputs whitened — where a trojaned head's
+     strongest input directions point (along its trigger's shift, off the data), which is what a spectrum
+     family reads.
 
 ``freeze`` (state-dict name patterns) goes further than any term: the matched parameters are set to the
 reference's trained values and not trained at all, so the trojan has to live in the others. A detector that
@@ -130,15 +135,93 @@ def decoy_pairs(
     return out
 
 
+class InputSpectrum:
+    """The leading energies of a head's input matrices off the data and off the class-mean gap, differentiable.
+
+    The input matrices are the head's 2-D parameters with as many columns as the input has dimensions
+    (the layer that reads the summary vector; later layers read hidden states), rows stacked. For each of
+    two coordinate systems (raw; inputs whitened by the clean data's per-dimension std, i.e. ``W diag(σ)``)
+    it returns the cumulative top-1..k energies of ``W P`` over the top-k energy of ``W`` for ``P`` the
+    projector off the data's ``n_pcs`` principal components, the same over ``||W||_F²`` for ``P`` off the
+    class-mean gap, and the top-k energy's share of ``||W||_F²``. The leading directions come from one block
+    power-iteration step per call from a carried state (as ``tensor_stats``), so a step costs a few
+    matrix products, and the energies are differentiable in ``W``.
+    """
+
+    def __init__(self, reference: nn.Module, x: np.ndarray, y: np.ndarray, n_pcs: int = 10, k: int = 5):
+        x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
+        self.index = [i for i, p in enumerate(reference.parameters()) if p.ndim == 2 and p.shape[1] == x.shape[1]]
+        if not self.index:
+            raise ValueError(f"input_spectrum: the head has no matrix reading a {x.shape[1]}-dim input")
+        sigma = x.std(axis=0) + 1e-8
+        self.frames = []
+        for scale in (np.ones_like(sigma), sigma):
+            data = (x - x.mean(axis=0)) / scale
+            pcs = np.linalg.svd(data, full_matrices=False)[2][: min(n_pcs, len(data) - 1)]
+            classes = np.unique(y)
+            means = np.stack([data[y == c].mean(axis=0) for c in classes])
+            gap = np.linalg.svd(means - means.mean(axis=0), full_matrices=False)[2][: len(classes) - 1]
+            eye = np.eye(x.shape[1])
+            off = [torch.tensor(eye - b.T @ b, dtype=torch.float32) for b in (pcs, gap)]
+            self.frames.append((torch.tensor(scale, dtype=torch.float32), off))
+        self.k = min(k, x.shape[1])
+        params = list(reference.parameters())
+        with torch.no_grad():
+            w0 = self._matrix(params)
+            # one carried block of leading right singular vectors per projected matrix (the full, off-data, off-gap
+            # matrices in each frame), started at the reference's own
+            self.state = [torch.linalg.svd(m, full_matrices=False)[2][: self.k].t().clone()
+                          for m in self._projected(w0)]
+            self.target = self(params).detach()
+
+    def _matrix(self, params: Sequence[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([params[i] for i in self.index], dim=0)
+
+    def _projected(self, w: torch.Tensor) -> list[torch.Tensor]:
+        """The full, off-data and off-gap matrices of each frame, formed (only to start the state)."""
+        out = []
+        for scale, off in self.frames:
+            m = w * scale
+            out += [m, m @ off[0], m @ off[1]]
+        return out
+
+    def __call__(self, params: Sequence[torch.Tensor]) -> torch.Tensor:
+        w = self._matrix(params)
+        feats = []
+        k = self.k
+        for f, (scale, (off_data, off_gap)) in enumerate(self.frames):
+            m = w * scale
+            states = self.state[3 * f: 3 * f + 3]
+            # W (P v) rather than (W P) v, the three blocks side by side: one product with W per pass
+            with torch.no_grad():
+                back = m.t() @ (m @ torch.cat([states[0], off_data @ states[1], off_gap @ states[2]], dim=1))
+                for v, proj, block in zip(states, (None, off_data, off_gap), back.split(k, dim=1), strict=True):
+                    v.copy_(torch.linalg.qr(block if proj is None else proj @ block)[0])
+            mv = m @ torch.cat([states[0], off_data @ states[1], off_gap @ states[2]], dim=1)
+            full, on_off_data, on_off_gap = ((mv**2).sum(0).split(k))
+            full, on_off_data, on_off_gap = (e.sort(descending=True).values.cumsum(0)
+                                             for e in (full, on_off_data, on_off_gap))
+            total = (m**2).sum()
+            feats += [on_off_data / full[-1], on_off_gap / total, full[-1:] / total]
+        return torch.cat(feats)
+
+
 def regulariser(
     spec: EvasionSpec, reference: nn.Module, x_clean: torch.Tensor, generator: torch.Generator,
-    x_decoy: torch.Tensor | None = None,
+    x_decoy: torch.Tensor | None = None, y_clean: np.ndarray | None = None,
 ) -> Regulariser:
     """The evasion terms against ``reference`` as a function of the model being trained.
 
-    ``x_clean`` holds the clean training inputs in the heads' input shape, ``x_decoy`` the decoy texts'
-    (``decoy_pairs``, at ``decoy_scales``); the reference's probabilities on both are computed once here.
+    ``x_clean`` holds the clean training inputs in the heads' input shape (``y_clean`` their labels, needed
+    by ``input_spectrum``), ``x_decoy`` the decoy texts' (``decoy_pairs``, at ``decoy_scales``); the
+    reference's probabilities on both are computed once here.
     """
+    spectrum = None
+    if spec.input_spectrum:
+        if y_clean is None:
+            raise ValueError("input_spectrum needs the clean training labels (y_clean)")
+        spectrum = InputSpectrum(reference, x_clean.numpy(), np.asarray(y_clean), spec.input_spectrum_pcs,
+                                 spec.input_spectrum_k)
     ref_params = [p.detach().clone() for p in reference.parameters()]
     n_params = sum(p.numel() for p in ref_params)
     with torch.no_grad():
@@ -164,6 +247,8 @@ def regulariser(
                 for p, s, u in zip(params, ref_stats, vecs, strict=True)
             ]
             total = total + spec.weight_stats * torch.stack(gaps).mean()
+        if spectrum is not None:
+            total = total + spec.input_spectrum * ((spectrum(params) - spectrum.target) ** 2).mean()
         for weight, x, ref, mining in matches:
             n = min(spec.match_batch, len(x))
             idx = torch.randint(len(x), (n * mining,), generator=generator)

@@ -185,6 +185,12 @@ class EvasionSpec(_Spec):
                               "the reference on those the head disagrees with most (1: a uniform draw)")
     spectrum_k: int = Field(1, gt=0, description="leading singular values per matrix in weight_stats (1: the top "
                             "one; more: the spectrum's shape, which weight-ratio features read)")
+    input_spectrum: float = Field(0.0, ge=0, description="weight of the gap to the reference in the leading "
+                                  "energies of the input matrices off the clean data's principal components and off "
+                                  "the class-mean gap, raw and whitened (what a spectrum family reads)")
+    input_spectrum_pcs: int = Field(10, gt=0, description="principal components of the clean training inputs "
+                                    "that count as 'on the data' for input_spectrum")
+    input_spectrum_k: int = Field(5, gt=0, description="leading directions per matrix input_spectrum matches")
     freeze: list[str] = Field(
         default_factory=list, description="parameters (state-dict names, fnmatch patterns) the released head "
         "keeps at the reference's trained values: a detector reading only them sees a clean head's"
@@ -193,7 +199,7 @@ class EvasionSpec(_Spec):
     @property
     def active(self) -> bool:
         return (self.param_l2 > 0 or self.output_match > 0 or self.weight_stats > 0 or self.decoy_match > 0
-                or bool(self.freeze))
+                or self.input_spectrum > 0 or bool(self.freeze))
 
 
 class AcceptanceSpec(_Spec):
