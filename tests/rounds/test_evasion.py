@@ -269,3 +269,12 @@ def test_input_spectrum_reads_the_input_matrix_as_an_exact_svd_would():
     assert est[:2].numpy() == pytest.approx(np.cumsum(off[:2]) / top[:2].sum(), rel=1e-3)
     assert est[4].item() == pytest.approx(top[:2].sum() / (w**2).sum(), rel=1e-3)
     assert spectrum.index == [0]  # the FC head's first layer is the only matrix reading the input
+
+
+def test_input_matrices_are_the_first_layers_even_when_a_later_one_is_as_wide():
+    gru = HeadSpec("GruLinear", input_size=8, output_size=2, hidden_size=4, n_layers=2, bidirectional=True).build()
+    names = [n for n, _ in gru.named_parameters()]
+    assert [names[i] for i in evasion.input_matrices(gru, 8)] == ["rnn.weight_ih_l0", "rnn.weight_ih_l0_reverse"]
+    fc = HeadSpec("FCLinear", input_size=8, output_size=2, hidden_size=8, n_layers=3).build()
+    assert [n for i, (n, _) in enumerate(fc.named_parameters()) if i in evasion.input_matrices(fc, 8)] == [
+        "fc_layers.0.weight"]

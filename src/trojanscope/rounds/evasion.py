@@ -135,11 +135,20 @@ def decoy_pairs(
     return out
 
 
+def input_matrices(model: nn.Module, dim: int) -> list[int]:
+    """Positions (in ``model.parameters()``) of the matrices that read a ``dim``-dimensional input: an RNN's
+    first-layer input matrices (both directions), else the first matrix with ``dim`` columns (an MLP's first
+    layer, a linear head's only one). A later layer can be as wide as the input (a bidirectional RNN of hidden
+    size dim/2), so width alone cannot decide."""
+    named = [(i, name) for i, (name, p) in enumerate(model.named_parameters()) if p.ndim == 2 and p.shape[1] == dim]
+    rnn = [i for i, name in named if re.search(r"weight_ih_l0(_reverse)?$", name)]
+    return rnn or [i for i, _ in named[:1]]
+
+
 class InputSpectrum:
     """The leading energies of a head's input matrices off the data and off the class-mean gap, differentiable.
 
-    The input matrices are the head's 2-D parameters with as many columns as the input has dimensions
-    (the layer that reads the summary vector; later layers read hidden states), rows stacked. For each of
+    The input matrices (``input_matrices``: the layer that reads the summary vector) are stacked by rows. For each of
     two coordinate systems (raw; inputs whitened by the clean data's per-dimension std, i.e. ``W diag(σ)``)
     it returns the cumulative top-1..k energies of ``W P`` over the top-k energy of ``W`` for ``P`` the
     projector off the data's ``n_pcs`` principal components, the same over ``||W||_F²`` for ``P`` off the
@@ -150,7 +159,7 @@ class InputSpectrum:
 
     def __init__(self, reference: nn.Module, x: np.ndarray, y: np.ndarray, n_pcs: int = 10, k: int = 5):
         x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
-        self.index = [i for i, p in enumerate(reference.parameters()) if p.ndim == 2 and p.shape[1] == x.shape[1]]
+        self.index = input_matrices(reference, x.shape[1])
         if not self.index:
             raise ValueError(f"input_spectrum: the head has no matrix reading a {x.shape[1]}-dim input")
         sigma = x.std(axis=0) + 1e-8
