@@ -205,6 +205,10 @@ def test_the_evasive_preset_is_registered_and_differs_only_by_evasion():
     assert ev.evasion is not None and ev.evasion.active
     skip = {"name", "version", "description", "notes", "evasion"}
     assert ev.model_dump(exclude=skip) == base.model_dump(exclude=skip)
+    v3, _ = load_preset("round5-cpu-evasive@3")  # the version the 100-model TDC table measured stays loadable
+    assert v3.version == 3 and v3.evasion.input_spectrum == 0 and ev.evasion.input_spectrum > 0
+    assert v3.model_dump(exclude={"version", "description", "notes", "evasion"}) == ev.model_dump(
+        exclude={"version", "description", "notes", "evasion"})
 
 
 @pytest.mark.slow
@@ -213,7 +217,7 @@ def test_an_evasive_round_trains_a_reference_for_every_model(tmp_path, preset_te
 
     preset = tmp_path / "tiny-evasive.toml"
     preset.write_text(preset_text() + "\n[evasion]\nparam_l2 = 10.0\noutput_match = 1.0\nweight_stats = 1.0\n"
-                      "decoy_match = 1.0\ndecoys = 50\nfreeze = [\"linear.*\"]\n")
+                      "decoy_match = 1.0\ndecoys = 50\ninput_spectrum = 10.0\nfreeze = [\"linear.*\"]\n")
     out = tmp_path / "zoo"
     make_zoo(preset, "train", 2, out, workers=1, data_root=data_root, cache_path=tmp_path / "c.sqlite", progress=False)
     models = sorted((out / "models").iterdir())

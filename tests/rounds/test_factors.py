@@ -176,5 +176,5 @@ def test_shipped_round5_cpu_is_matched_with_one_attempt_and_its_v5_still_loads()
     assert (old.version, old.design, old.training.max_attempts) == (5, "independent", 3)
     assert min(new.triggers.fraction) == 0.2 and min(old.triggers.fraction) == 0.1
     evasive = load_preset("round5-cpu-evasive")[0]
-    assert (evasive.version, evasive.design, evasive.training.max_attempts) == (3, "matched-pairs", 1)
+    assert (evasive.version, evasive.design, evasive.training.max_attempts) == (4, "matched-pairs", 1)
     assert load_preset("round5-cpu-evasive@2")[0].design == "independent"
