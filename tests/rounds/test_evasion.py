@@ -282,3 +282,16 @@ def test_input_matrices_are_the_first_layers_even_when_a_later_one_is_as_wide():
     fc = HeadSpec("FCLinear", input_size=8, output_size=2, hidden_size=8, n_layers=3).build()
     assert [n for i, (n, _) in enumerate(fc.named_parameters()) if i in evasion.input_matrices(fc, 8)] == [
         "fc_layers.0.weight"]
+
+
+def test_input_spectrum_works_on_a_linear_head_with_fewer_rows_than_directions():
+    x, y = _labelled()
+    torch.manual_seed(0)
+    ref = HeadSpec("Linear", input_size=8, output_size=2).build()
+    term = evasion.regulariser(EvasionSpec(input_spectrum=1.0, input_spectrum_pcs=3), ref, x,
+                               torch.Generator().manual_seed(0), y_clean=y)
+    torch.manual_seed(1)
+    other = HeadSpec("Linear", input_size=8, output_size=2).build()
+    value = term(other)
+    value.backward()
+    assert float(value.detach()) > 0 and torch.isfinite(other.linear.weight.grad).all()

@@ -173,10 +173,10 @@ class InputSpectrum:
             eye = np.eye(x.shape[1])
             off = [torch.tensor(eye - b.T @ b, dtype=torch.float32) for b in (pcs, gap)]
             self.frames.append((torch.tensor(scale, dtype=torch.float32), off))
-        self.k = min(k, x.shape[1])
         params = list(reference.parameters())
         with torch.no_grad():
             w0 = self._matrix(params)
+            self.k = min(k, *w0.shape)  # a linear head's input matrix has one row per class
             # one carried block of leading right singular vectors per projected matrix (the full, off-data, off-gap
             # matrices in each frame), started at the reference's own
             self.state = [torch.linalg.svd(m, full_matrices=False)[2][: self.k].t().clone()
