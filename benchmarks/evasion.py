@@ -33,23 +33,24 @@ import pandas as pd
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def quality_table(ordinary: pd.DataFrame | None, evasive: pd.DataFrame) -> None:
+def quality_table(frames: dict[str, pd.DataFrame]) -> None:
+    """``frames``: METADATA of the "evasive" zoo and, optionally, of the "ordinary" zoo of the same seed."""
     print(f"\n{'zoo':<9} {'label':<9} {'n':>3} {'clean acc':>9} {'trig acc':>9} {'min trig':>9} {'>= 0.95':>8} "
           f"{'converged':>9} {'build s':>8}")
-    zoos = (("evasive", evasive),) if ordinary is None else (("ordinary", ordinary), ("evasive", evasive))
-    for name, df in zoos:
+    for name, df in frames.items():
         for label, sub in df.groupby("poisoned"):
             trig = pd.to_numeric(sub["final_triggered_data_test_acc"], errors="coerce")
             print(f"{name:<9} {'trojaned' if label else 'clean':<9} {len(sub):>3} "
                   f"{sub['final_clean_data_test_acc'].mean():>9.4f} {trig.mean():>9.4f} {trig.min():>9.4f} "
                   f"{(trig >= 0.95).mean() if label else float('nan'):>8.2f} "
                   f"{sub['converged'].mean():>9.2f} {sub['training_wall_time_sec'].mean():>8.1f}")
+    evasive = frames["evasive"]
     acc = evasive.groupby("poisoned")["final_clean_data_test_acc"].mean()
     if len(acc) == 2:
         print(f"evasive zoo, clean accuracy trojaned - clean models: {acc[True] - acc[False]:+.4f}")
-    if ordinary is None:
+    if "ordinary" not in frames:
         return
-    paired = ordinary.merge(evasive, on="model_name", suffixes=("_o", "_e"))
+    paired = frames["ordinary"].merge(evasive, on="model_name", suffixes=("_o", "_e"))
     if len(paired):
         diff = paired["final_clean_data_test_acc_e"] - paired["final_clean_data_test_acc_o"]
         cost = paired["training_wall_time_sec_e"] / paired["training_wall_time_sec_o"]
@@ -89,23 +90,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--split", default="test")
     ap.add_argument("--workers", type=int, default=1)
     args = ap.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
     if args.generate and args.ordinary is None:
         ap.error("--generate makes both zoos: give --ordinary too")
+    args.out.mkdir(parents=True, exist_ok=True)
     if args.generate:
         from trojanscope.rounds.zoo import make_zoo
 
         make_zoo(args.ordinary_preset, args.split, args.generate, args.ordinary, workers=args.workers)
         make_zoo(args.evasive_preset, args.split, args.generate, args.evasive, workers=args.workers)
 
-    ordinary = None if args.ordinary is None else pd.read_csv(args.ordinary / "METADATA.csv")
-    evasive = pd.read_csv(args.evasive / "METADATA.csv")
-    quality_table(ordinary, evasive)
-    zoos = [("evasive", args.evasive)] if args.ordinary is None else [("ordinary", args.ordinary),
-                                                                        ("evasive", args.evasive)]
+    zoos = {name: zoo for name, zoo in (("ordinary", args.ordinary), ("evasive", args.evasive)) if zoo is not None}
+    quality_table({name: pd.read_csv(zoo / "METADATA.csv") for name, zoo in zoos.items()})
 
     print(f"\n{'shipped default on':<20} {'CE':>7} {'±CI95':>7} {'ROC-AUC':>8}")
-    for name, zoo in zoos:
+    for name, zoo in zoos.items():
         s = harness_scores(zoo, args.out / f"harness-{name}", args.workers)
         print(f"{name:<20} {s['cross_entropy']:>7.4f} {s['cross_entropy_ci95']:>7.4f} {s['roc_auc']:>8.4f}")
 
@@ -115,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         spec = importlib.util.spec_from_file_location("detection", Path(__file__).with_name("detection.py"))
         detection = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(detection)
-        for name, zoo in zoos:
+        for name, zoo in zoos.items():
             print(f"\n== every family, fitted on {args.train}, scored on the {name} zoo ==")
             detection.main(["--train", str(args.train), "--test", str(zoo), "--out", str(args.out / f"det-{name}"),
                             "--workers", str(args.workers), "--no-harness"])
