@@ -69,11 +69,12 @@ FILE_FACTS = ["file_size", "parameter_count", "architecture", "epochs_trained", 
 
 def file_shortcut_auc(zoo: Path) -> float:
     """The audit's all-facts shortcut AUC (`trojanscope zoo audit`) over the file-level facts only."""
-    from trojanscope.rounds.audit import load_zoo, model_facts, shortcut_aucs
+    from trojanscope.rounds.audit import load_zoo, model_facts, pair_groups, shortcut_aucs
 
-    _, df, dirs = load_zoo(zoo)
+    preset, df, dirs = load_zoo(zoo)
     y = df["poisoned"].astype(bool).to_numpy().astype(int)
-    auc = shortcut_aucs(model_facts(df, dirs)[FILE_FACTS], y, folds=5, n_boot=0, seed=0)[-1]["auc"]
+    auc = shortcut_aucs(model_facts(df, dirs)[FILE_FACTS], y, folds=5, n_boot=0, seed=0,
+                        groups=pair_groups(preset, df))[-1]["auc"]
     return float("nan") if auc is None else auc
 
 

@@ -21,6 +21,7 @@ from trojanscope.rounds.audit import (
     cv_auc,
     factor_marginals,
     load_zoo,
+    pair_groups,
     replaced_draws,
     shortcut_aucs,
 )
@@ -202,3 +203,28 @@ def test_matched_pair_factors_are_counted_once_per_pair() -> None:
     assert rows["poisoned"]["n"] == 40 and "counted" not in rows["trigger_organization"]
     independent = factor_marginals(preset.model_copy(update={"design": "independent"}), df)
     assert next(r for r in independent if r["factor"] == "model_architecture")["n"] == 40
+
+
+def test_matched_pairs_keep_each_pair_in_one_fold() -> None:
+    """A fact that both members of a matched pair share carries no label, yet folds that split pairs score it far
+    below 0.5 (the held-out model's partner, of the other label, stays in training); pair-kept folds give 0.5."""
+    rng = np.random.default_rng(0)
+    n_pairs = 50
+    y = np.tile([0, 1], n_pairs)
+    groups = np.repeat(np.arange(n_pairs), 2)
+    shared = np.repeat(rng.integers(0, 3, n_pairs), 2).astype(float)[:, None]  # e.g. the pair's epoch budget
+    split = cv_auc(shared, y, folds=5, n_boot=0, seed=0)["auc"]
+    kept = cv_auc(shared, y, folds=5, n_boot=0, seed=0, groups=groups)["auc"]
+    assert split < 0.45
+    assert kept == pytest.approx(0.5, abs=0.02)
+    tell = (y + rng.normal(0, 0.3, 2 * n_pairs))[:, None]  # a real tell is still seen with pairs kept together
+    assert cv_auc(tell, y, folds=5, n_boot=0, seed=0, groups=groups)["auc"] > 0.9
+
+
+def test_pair_groups_only_for_matched_designs(tiny_preset) -> None:
+    preset, _ = load_preset(tiny_preset)
+    df = pd.DataFrame({"model_name": ["id-00000000", "id-00000001", "id-00000002", "id-00000003"]})
+    matched = preset.model_copy(update={"design": "matched-pairs"})
+    assert pair_groups(matched, df).tolist() == [0, 0, 1, 1]
+    assert pair_groups(preset.model_copy(update={"design": "independent"}), df) is None
+    assert pair_groups(matched, pd.DataFrame({"model_name": ["a", "b"]})) is None

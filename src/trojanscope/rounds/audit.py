@@ -6,7 +6,11 @@ audit measures five ways a round can fail that:
 - *shortcut AUC*: cross-validated logistic regressions (stratified k-fold, out-of-fold scores) that
   see one fact a detector should not be able to use (file size, parameter count, architecture, epochs
   trained, best epoch, training time, attempts, global weight norm, BatchNorm's batch counter), then all
-  of them together; 0.5 means the fact carries no label, with a bootstrap 95% interval over models;
+  of them together; 0.5 means the fact carries no label, with a bootstrap 95% interval over models.
+  In a ``matched-pairs`` round the folds keep each pair (models 2k, 2k+1) together: a fact the pair shares
+  (file size, architecture, epoch budget) is then balanced in every training fold, while folds that split
+  pairs leave each held-out model's partner behind with the other label and push such a fact's AUC far
+  below 0.5 (0.30 on a 100-model round where every one of those facts has in-sample AUC 0.500);
 - *factor marginals*: per factor, a chi-square test of the drawn levels against the preset's design
   (uniform levels, ``poisoned_fraction``), and of the levels against the label;
 - *natural trojans*: every trigger of the round's pools (text) or a grid of one-colour squares (image)
@@ -154,20 +158,27 @@ def _design_matrix(facts: pd.DataFrame, names: list[str]) -> np.ndarray | None:
     return np.hstack(parts) if parts else None
 
 
-def cv_auc(x: np.ndarray, y: np.ndarray, *, folds: int, n_boot: int, seed: int) -> dict[str, Any]:
-    """Out-of-fold ROC AUC of a standardised logistic regression, with a bootstrap 95% interval over models."""
+def cv_auc(x: np.ndarray, y: np.ndarray, *, folds: int, n_boot: int, seed: int,
+           groups: np.ndarray | None = None) -> dict[str, Any]:
+    """Out-of-fold ROC AUC of a standardised logistic regression, with a bootstrap 95% interval over models.
+    ``groups`` (e.g. matched pairs) are never split between a training and a held-out fold."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
-    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold, cross_val_predict
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
     k = min(folds, int(np.bincount(y, minlength=2).min()))
+    if groups is not None:
+        k = min(k, len(np.unique(groups)))
     if k < 2:
         return {"auc": None, "ci95": None, "note": "fewer than 2 models of a class"}
     pipe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
-    cv = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
-    score = cross_val_predict(pipe, x, y, cv=cv, method="predict_proba")[:, 1]
+    if groups is None:
+        cv = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
+    else:
+        cv = StratifiedGroupKFold(n_splits=k, shuffle=True, random_state=seed)
+    score = cross_val_predict(pipe, x, y, cv=cv, groups=groups, method="predict_proba")[:, 1]
     auc = float(roc_auc_score(y, score))
     rng = np.random.default_rng(seed)
     boots = []
@@ -179,7 +190,17 @@ def cv_auc(x: np.ndarray, y: np.ndarray, *, folds: int, n_boot: int, seed: int) 
     return {"auc": auc, "ci95": ci, "folds": k}
 
 
-def shortcut_aucs(facts: pd.DataFrame, y: np.ndarray, *, folds: int, n_boot: int, seed: int) -> list[dict[str, Any]]:
+def pair_groups(preset: AnyPreset, df: pd.DataFrame) -> np.ndarray | None:
+    """Each model's matched pair (``index // 2``) in a ``matched-pairs`` round, for :func:`cv_auc`'s folds;
+    None for an independent design or when a folder name carries no index."""
+    if not is_matched(preset):
+        return None
+    idx = [model_index(name) for name in df["model_name"]]
+    return None if any(i is None for i in idx) else np.asarray(idx) // 2
+
+
+def shortcut_aucs(facts: pd.DataFrame, y: np.ndarray, *, folds: int, n_boot: int, seed: int,
+                  groups: np.ndarray | None = None) -> list[dict[str, Any]]:
     out = []
     usable = []
     for name in facts.columns:
@@ -188,9 +209,9 @@ def shortcut_aucs(facts: pd.DataFrame, y: np.ndarray, *, folds: int, n_boot: int
             out.append({"fact": name, "auc": None, "ci95": None, "note": "not recorded in this zoo"})
             continue
         usable.append(name)
-        out.append({"fact": name, **cv_auc(x, y, folds=folds, n_boot=n_boot, seed=seed)})
+        out.append({"fact": name, **cv_auc(x, y, folds=folds, n_boot=n_boot, seed=seed, groups=groups)})
     x = _design_matrix(facts, usable)
-    out.append({"fact": "all", **cv_auc(x, y, folds=folds, n_boot=n_boot, seed=seed)})
+    out.append({"fact": "all", **cv_auc(x, y, folds=folds, n_boot=n_boot, seed=seed, groups=groups)})
     return out
 
 
@@ -491,6 +512,7 @@ def audit_zoo(
     preset, df, dirs = load_zoo(zoo)
     y = df["poisoned"].astype(bool).to_numpy().astype(int)
     facts = model_facts(df, dirs)
+    groups = pair_groups(preset, df)
     result: dict[str, Any] = {
         "format": AUDIT_FORMAT,
         "zoo": str(zoo),
@@ -500,9 +522,10 @@ def audit_zoo(
         "poisoned": int(y.sum()),
         "metadata_sha256": file_sha256(zoo / "METADATA.csv"),  # which release this audit describes
         "shortcut": {
-            "classifier": "standardised logistic regression, stratified k-fold, out-of-fold ROC AUC",
+            "classifier": "standardised logistic regression, stratified k-fold, out-of-fold ROC AUC"
+                          + (" (each matched pair in one fold)" if groups is not None else ""),
             "bootstrap": n_boot,
-            "facts": shortcut_aucs(facts, y, folds=folds, n_boot=n_boot, seed=seed),
+            "facts": shortcut_aucs(facts, y, folds=folds, n_boot=n_boot, seed=seed, groups=groups),
         },
         "factors": factor_marginals(preset, df),
         "converged": converged_rates(df),
