@@ -11,6 +11,9 @@
    subspace) and the combination (default) are fitted on the train features; test CE, its 95% CI, ROC-AUC
    and Brier come from ``trojanscope.scoring.metrics``.
    Nothing is tuned on the test zoo: C, the calibration and ε are chosen by cross-validation on train.
+   Every fitted detector is saved as OUT/fitted/<name>.json; ``--fitted DIR`` scores the files of an earlier
+   run instead of fitting (the train zoo is not read), e.g. to fit once where a train zoo was built and score
+   test zoos that live on another machine.
 3. The default detector is saved to OUT/default.json and run through the scoring harness on the test zoo
    (neutral copies, shuffled order): its scores, per-factor breakdown and per-model detection times
    (mean/max) are printed; peak memory (max RSS of one process, one `trojanscope detect` run on the first
@@ -138,7 +141,15 @@ def main(argv: list[str] | None = None, *, families: tuple[str, ...] = FAMILIES,
     ap.add_argument("--train-count", type=int, default=200)
     ap.add_argument("--test-count", type=int, default=100)
     ap.add_argument("--no-harness", action="store_true", help="skip the harness run (features-only numbers)")
+    ap.add_argument("--fitted", type=Path, default=None,
+                    help="score the detectors saved in DIR/<name>.json by an earlier run (OUT/fitted) instead of "
+                         "fitting them; --train is not read")
     args = ap.parse_args(argv)
+    if args.fitted is not None:
+        missing = [n for n in detectors if not (args.fitted / f"{n}.json").is_file()]
+        if missing:
+            ap.error(f"{args.fitted}: no fitted file for {', '.join(missing)}; "
+                     f"give the fitted/ folder of an earlier run of this benchmark")
     args.out.mkdir(parents=True, exist_ok=True)
 
     if args.generate:
@@ -153,8 +164,11 @@ def main(argv: list[str] | None = None, *, families: tuple[str, ...] = FAMILIES,
     from trojanscope.scoring.metrics import score_all
 
     t0 = time.perf_counter()
-    _, tr_rows, tr_y, tr_s = features_for(args.train, args.out / "features-train.json", args.workers, families,
-                                          args.executor)
+    if args.fitted is None:
+        _, tr_rows, tr_y, tr_s = features_for(args.train, args.out / "features-train.json", args.workers, families,
+                                              args.executor)
+    else:
+        tr_rows, tr_y, tr_s = [], [], [0.0]
     have_test = args.test.is_dir() and any((args.test / "models").glob("id-*/model.pt"))
     if have_test:
         te_names, te_rows, te_y, te_s = features_for(args.test, args.out / "features-test.json", args.workers,
@@ -162,14 +176,21 @@ def main(argv: list[str] | None = None, *, families: tuple[str, ...] = FAMILIES,
     else:
         print(f"no test zoo at {args.test}: cross-validated train numbers only")
         te_rows, te_y, te_s = [], [], [0.0]
-    print(f"train zoo {args.train}: {len(tr_rows)} models ({sum(tr_y)} trojaned); "
+    train = (f"fitted earlier: {args.fitted}" if args.fitted is not None
+             else f"train zoo {args.train}: {len(tr_rows)} models ({sum(tr_y)} trojaned)")
+    print(f"{train}; "
           f"test zoo {args.test}: {len(te_rows)} models ({sum(y for y in te_y if y)} trojaned); "
           f"features in {time.perf_counter() - t0:.0f} s (feature time per model: train mean {np.mean(tr_s):.1f} s, "
           f"max {np.max(tr_s):.1f} s; test mean {np.mean(te_s):.1f} s, max {np.max(te_s):.1f} s)")
     y_te = np.asarray(te_y, dtype=int)
     print(f"\n{'detector':<10} {'CE':>7} {'±CI95':>7} {'ROC-AUC':>8} {'Brier':>7} {'cv CE':>7} {'cv AUC':>7}  C / eps")
     for name in detectors:
-        det = REGISTRY.get(name)().fit_features(tr_rows, tr_y)
+        if args.fitted is not None:
+            det = REGISTRY.get(name).load(args.fitted / f"{name}.json")
+        else:
+            det = REGISTRY.get(name)().fit_features(tr_rows, tr_y)
+            (args.out / "fitted").mkdir(exist_ok=True)
+            det.save(args.out / "fitted" / f"{name}.json", zoo=str(args.train), n_models=len(tr_rows))
         clf = det.classifier_
         s = score_all(y_te, det.score_features(te_rows)) if have_test else {}
         test = (f"{s['cross_entropy']:7.4f} {s['cross_entropy_ci95']:7.4f} {s['roc_auc']:8.4f} {s['brier']:7.4f}"
