@@ -228,3 +228,13 @@ def test_pair_groups_only_for_matched_designs(tiny_preset) -> None:
     assert pair_groups(matched, df).tolist() == [0, 0, 1, 1]
     assert pair_groups(preset.model_copy(update={"design": "independent"}), df) is None
     assert pair_groups(matched, pd.DataFrame({"model_name": ["a", "b"]})) is None
+
+
+def test_an_audit_of_an_older_format_is_not_current(tmp_path) -> None:
+    from trojanscope.fsutil import file_sha256
+    from trojanscope.rounds.audit import AUDIT_FORMAT
+
+    (tmp_path / "METADATA.csv").write_text("model_name,poisoned\nid-00000000,False\n")
+    audit = {"format": AUDIT_FORMAT, "metadata_sha256": file_sha256(tmp_path / "METADATA.csv")}
+    assert audit_is_current(audit, tmp_path)
+    assert not audit_is_current({**audit, "format": 1}, tmp_path)  # format 1 split matched pairs across folds

@@ -39,7 +39,7 @@ from trojanscope.rounds.factors import is_matched, model_index
 from trojanscope.rounds.preset import AnyPreset, ImagePreset, Preset, load_preset
 
 AUDIT_FILE = "audit.json"
-AUDIT_FORMAT = 1
+AUDIT_FORMAT = 2  # 2: a matched-pairs round's shortcut folds keep each pair together
 # fact -> METADATA column (None: measured from the model file)
 FACTS: dict[str, str | None] = {
     "file_size": None,
@@ -560,10 +560,11 @@ def read_audit(zoo: Path | str) -> dict[str, Any] | None:
 
 
 def audit_is_current(audit: dict[str, Any], zoo: Path | str) -> bool:
-    """Whether ``audit`` describes the zoo as it is now: a zoo grown, resumed or with models replaced since has a
-    different METADATA.csv (audits written before the hash was recorded are compared by model count)."""
+    """Whether ``audit`` describes the zoo as it is now, by today's audit: a zoo grown, resumed or with models
+    replaced since has a different METADATA.csv (audits written before the hash was recorded are compared by model
+    count), and an audit of an older format measured differently (format 1 split matched pairs across folds)."""
     meta = Path(zoo) / "METADATA.csv"
-    if not meta.is_file():
+    if not meta.is_file() or audit.get("format") != AUDIT_FORMAT:
         return False
     if "metadata_sha256" in audit:
         return audit["metadata_sha256"] == file_sha256(meta)

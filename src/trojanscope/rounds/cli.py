@@ -103,10 +103,10 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         Shortcut AUC: cross-validated logistic regressions on facts a detector should not be able to use
         (file size, parameter count, architecture, epochs trained, best epoch, training time, attempts,
         global weight norm, BatchNorm batch counter), one per fact and all together, with bootstrap 95%
-        intervals (0.5 = no leak). Factor marginals: chi-square of each factor against the preset's
-        design and against the label. Natural trojans: the round's pool triggers (image rounds: 6-px
-        colour squares on a grid) applied to clean models' clean examples; a model counts when some
-        trigger flips a class at the triggered bar.
+        intervals (0.5 = no leak; in a matched-pairs round each pair stays in one fold). Factor marginals:
+        chi-square of each factor against the preset's design and against the label. Natural trojans: the
+        round's pool triggers (image rounds: 6-px colour squares on a grid) applied to clean models' clean
+        examples; a model counts when some trigger flips a class at the triggered bar.
         Converged rate per split and label; replaced draws per label (replacements.log) with a binomial
         test, since a label redrawn more often releases more selected models. `zoo inspect` shows the
         saved audit. Example:
