@@ -238,7 +238,6 @@ def factor_marginals(preset: AnyPreset, df: pd.DataFrame) -> list[dict[str, Any]
     y = df["poisoned"].astype(bool).to_numpy()
     n_p = int(y.sum())
     out = [_chi_row("poisoned", [len(y) - n_p, n_p], [1 - preset.poisoned_fraction, preset.poisoned_fraction])]
-    paired = is_matched(preset)
     for column, k in _design_levels(preset).items():
         lv = f"{column}_level"
         if k < 2 or lv not in df:
@@ -251,9 +250,9 @@ def factor_marginals(preset: AnyPreset, df: pd.DataFrame) -> list[dict[str, Any]
         levels = sub[lv].astype(int).to_numpy()
         trojan_only = column == "trigger_organization" or column.startswith("triggers_")
         drawn = sub
-        if paired and not trojan_only:
-            pair = sub["model_name"].map(lambda name: model_index(name) // 2)
-            drawn = sub[~pair.duplicated()]
+        pairs = None if trojan_only else pair_groups(preset, sub)
+        if pairs is not None:
+            drawn = sub[~pd.Series(pairs).duplicated().to_numpy()]
         counts = np.bincount(drawn[lv].astype(int).to_numpy(), minlength=k)[:k].tolist()
         row = _chi_row(column, counts, [1 / k] * k)
         if drawn is not sub:
@@ -559,16 +558,28 @@ def read_audit(zoo: Path | str) -> dict[str, Any] | None:
         raise LayoutError(f"{path}: not valid JSON; re-run `trojanscope zoo audit {zoo}`") from None
 
 
-def audit_is_current(audit: dict[str, Any], zoo: Path | str) -> bool:
-    """Whether ``audit`` describes the zoo as it is now, by today's audit: a zoo grown, resumed or with models
-    replaced since has a different METADATA.csv (audits written before the hash was recorded are compared by model
-    count), and an audit of an older format measured differently (format 1 split matched pairs across folds)."""
+def audit_staleness(audit: dict[str, Any], zoo: Path | str) -> str | None:
+    """Why ``audit`` does not describe the zoo as it is now by today's audit, or None when it does: an audit of an
+    older format measured differently (format 1 split matched pairs across folds), and a zoo grown, resumed or with
+    models replaced since has a different METADATA.csv (audits written before the hash was recorded are compared by
+    model count)."""
     meta = Path(zoo) / "METADATA.csv"
-    if not meta.is_file() or audit.get("format") != AUDIT_FORMAT:
-        return False
+    if audit.get("format") != AUDIT_FORMAT:
+        return f"was written by an older audit (format {audit.get('format')}, now {AUDIT_FORMAT})"
+    if not meta.is_file():
+        return "describes a zoo without METADATA.csv"
     if "metadata_sha256" in audit:
-        return audit["metadata_sha256"] == file_sha256(meta)
-    return audit.get("models") == len(read_metadata(zoo))
+        if audit["metadata_sha256"] == file_sha256(meta):
+            return None
+    elif audit.get("models") == len(read_metadata(zoo)):
+        return None
+    now = len(read_metadata(zoo))
+    return f"describes an earlier state of this zoo ({audit.get('models')} models audited, {now} now)"
+
+
+def audit_is_current(audit: dict[str, Any], zoo: Path | str) -> bool:
+    """Whether ``audit`` describes the zoo as it is now (:func:`audit_staleness` names the reason when not)."""
+    return audit_staleness(audit, zoo) is None
 
 
 def _fmt(v: float | None) -> str:

@@ -84,15 +84,12 @@ def print_summary(zoo: Path | str, console=None) -> pd.DataFrame:
     for k, v in accuracy_summary(df):
         s.add_row(k, v)
     console.print(s)
-    from trojanscope.rounds.audit import AUDIT_FORMAT, audit_is_current, print_audit, read_audit
+    from trojanscope.rounds.audit import audit_staleness, print_audit, read_audit
 
     audit = read_audit(zoo)
-    if audit is not None and audit_is_current(audit, zoo):
+    stale = None if audit is None else audit_staleness(audit, zoo)
+    if audit is not None and stale is None:
         print_audit(audit, console)
-    elif audit is not None and audit.get("format") != AUDIT_FORMAT:
-        console.print(f"audit.json was written by an older audit (format {audit.get('format')}, now {AUDIT_FORMAT}); "
-                      f"re-run `trojanscope zoo audit {zoo}`")
-    elif audit is not None:
-        console.print(f"audit.json describes an earlier state of this zoo ({audit.get('models')} models audited, "
-                      f"{len(df)} now); re-run `trojanscope zoo audit {zoo}`")
+    elif stale is not None:
+        console.print(f"audit.json {stale}; re-run `trojanscope zoo audit {zoo}`")
     return df
