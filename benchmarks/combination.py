@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> None:
                      f"sets: {', '.join(sets)}")
         cases.append((train.split("+"), test))
 
+    from trojanscope.errors import ConfigError
     from trojanscope.scoring.metrics import score_all
 
     print(f"{'case':<24} {'variant':<20} {'CE':>6} {'±CI95':>6} {'AUC':>6}  chosen on train")
@@ -141,7 +142,11 @@ def main(argv: list[str] | None = None) -> None:
         y = np.concatenate([sets[n][1] for n in train])
         te_rows, te_y = sets[test]
         label = f"{'+'.join(train)} -> {test}"
-        for variant, (p, note) in variants(rows, y, te_rows).items():
+        try:
+            fitted = variants(rows, y, te_rows)
+        except ConfigError as exc:  # e.g. fewer than 2 models of a class on the train side
+            ap.error(f"--case {'+'.join(train)}:{test}: {exc}")
+        for variant, (p, note) in fitted.items():
             s = score_all(te_y, p)
             print(f"{label:<24} {variant:<20} {s['cross_entropy']:6.3f} {s['cross_entropy_ci95']:6.3f} "
                   f"{s['roc_auc']:6.3f}  {note}", flush=True)

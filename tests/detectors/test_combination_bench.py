@@ -78,3 +78,12 @@ def test_an_unknown_set_in_a_case_names_the_known_ones(tmp_path, capsys):
         combination.main(["--set", a, "--case", "a:zzz"])
     assert exc.value.code == 2
     assert "unknown set zzz; sets: a" in capsys.readouterr().err
+
+
+def test_a_train_side_with_one_trojaned_model_is_refused_in_one_line(tmp_path, capsys):
+    a = _write_set(tmp_path, "a", 3, 5, "scan")  # models 0, 1, 2: one trojaned
+    b = _write_set(tmp_path, "b", 12, 6, "scan")
+    with pytest.raises(SystemExit) as exc:
+        combination.main(["--set", a, "--set", b, "--case", "a:b"])
+    assert exc.value.code == 2
+    assert "--case a:b: fitting needs at least 2 clean and 2 trojaned models" in capsys.readouterr().err
