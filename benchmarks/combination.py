@@ -32,7 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-FAMILIES = ("weight-ratios", "spectrum", "inversion", "probes", "scan")  # default's (detectors.toml)
+from trojanscope.detectors import DETECTORS
+
+FAMILIES = DETECTORS.get("default").families
 FOLDS = 5
 
 
@@ -72,17 +74,9 @@ def _set_arg(text: str) -> tuple[str, list[dict[str, float]], np.ndarray]:
     return name, rows, np.asarray(ys, dtype=int)
 
 
-def _fit(rows, y, families):
-    from trojanscope.detectors.learned import matrix
-    from trojanscope.detectors.meta import MetaClassifier
-
-    prefixes = tuple(f"{f}." for f in families)
-    f, names = matrix([{k: v for k, v in r.items() if k.startswith(prefixes)} for r in rows])
-    return MetaClassifier.fit(f, y, names)
-
-
-def _proba(clf, rows) -> np.ndarray:
-    return clf.predict_proba(np.stack([clf.vector(r) for r in rows]))
+def _fit(name: str, rows, y):
+    """The registered detector ``name`` (default, or one of its families) fitted on feature rows."""
+    return DETECTORS.get(name)().fit_features(rows, y)
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
@@ -95,23 +89,24 @@ def variants(train, y, test) -> dict[str, tuple[np.ndarray, str]]:
 
     from trojanscope.detectors.meta import MetaClassifier
 
-    flat = _fit(train, y, FAMILIES)
-    singles = {f: _fit(train, y, (f,)) for f in FAMILIES}
-    out = {"flat": (_proba(flat, test), f"cv CE {flat.cv_cross_entropy:.3f}")}
+    flat = _fit("default", train, y)
+    singles = {f: _fit(f, train, y) for f in FAMILIES}
+    out = {"flat": (flat.score_features(test), f"cv CE {flat.classifier_.cv_cross_entropy:.3f}")}
     cands = {**singles, "flat": flat}
-    best = min(cands, key=lambda k: cands[k].cv_cross_entropy)
-    out["select"] = (_proba(cands[best], test), f"chose {best} (cv CE {cands[best].cv_cross_entropy:.3f})")
+    best = min(cands, key=lambda k: cands[k].classifier_.cv_cross_entropy)
+    out["select"] = (cands[best].score_features(test),
+                     f"chose {best} (cv CE {cands[best].classifier_.cv_cross_entropy:.3f})")
     oof = np.zeros((len(y), len(FAMILIES)))
     folds = StratifiedKFold(min(FOLDS, int(min(y.sum(), len(y) - y.sum()))), shuffle=True, random_state=0)
     for tr, te in folds.split(np.zeros(len(y)), y):
         for j, fam in enumerate(FAMILIES):
-            oof[te, j] = _logit(_proba(_fit([train[i] for i in tr], y[tr], (fam,)), [train[i] for i in te]))
+            oof[te, j] = _logit(_fit(fam, [train[i] for i in tr], y[tr]).score_features([train[i] for i in te]))
     top = MetaClassifier.fit(oof, y, list(FAMILIES))
-    z = np.stack([_logit(_proba(singles[f], test)) for f in FAMILIES], axis=1)
+    z = np.stack([_logit(singles[f].score_features(test)) for f in FAMILIES], axis=1)
     weights = ", ".join(f"{f} {c:+.2f}" for f, c in zip(FAMILIES, top.coef, strict=True))
     out["stack"] = (top.predict_proba(z), f"cv CE {top.cv_cross_entropy:.3f}; weights {weights}")
-    x = np.stack([flat.vector(r) for r in test])
-    outside = flat.novelty(x) > flat.novelty_max
+    clf = flat.classifier_
+    outside = clf.novelty(np.stack([clf.vector(r) for r in test])) > clf.novelty_max
     out["flat, outside->0.5"] = (np.where(outside, 0.5, out["flat"][0]), f"{int(outside.sum())} outside the fit")
     return out
 
