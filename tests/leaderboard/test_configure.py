@@ -105,8 +105,11 @@ def test_configure_failures_stop_the_submission(client, settings, setup_round, t
         assert list(jobs) == ["configure"]  # neither smoke nor test ran
         assert jobs["configure"].status == "failed" and message in jobs["configure"].error
         assert jobs["configure"].runtime_s < 20
-        view = client.get(f"/api/submissions/{sub_id}").json()
+        own = {"Authorization": f"Bearer {tokens[kind]}"}
+        view = client.get(f"/api/submissions/{sub_id}", headers=own).json()
         assert view["status"] == "configure_failed" and message in view["message"]
+        public = client.get(f"/api/submissions/{sub_id}").json()  # the detector's output is not public
+        assert public["message"].startswith("the configure step failed") and "cannot configure" not in str(public)
         assert sandbox.tagged_pids(w.tag(jobs["configure"].id)) == []
         assert "configure_failed" in client.get(f"/submissions/{sub_id}").text
     bad = upload(client, tokens["crash"], submission_bytes(manifest='command = "python d.py"\nconfigure = "yes"\n'))

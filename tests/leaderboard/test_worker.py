@@ -118,21 +118,23 @@ def test_sandbox_sees_only_neutral_copies_and_clean_env(client, setup_round, set
     sub_id = upload(client, tokens["alpha"], submission_bytes("spy")).json()["id"]
     Worker(settings).run_until_idle(max_jobs=1)
     smoke = _job(client, sub_id, "smoke")
-    work = settings.data_dir / "jobs" / str(smoke.id) / "work"
-    seen = [json.loads(p.read_text()) for p in sorted(work.glob("seen-*.json"))]
+    job_dir = settings.data_dir / "jobs" / str(smoke.id)
+    work = job_dir / "work"
+    logs = [p.read_text() for p in sorted((job_dir / "out" / "logs").glob("m-*.log"))]
+    seen = [json.loads(line.split(" ", 1)[1]) for log in logs for line in log.splitlines() if line.startswith("SEEN ")]
     assert len(seen) == 2
     real_names = {r.model_name for r in smoke.results}
-    for neutral in (settings.data_dir / "jobs" / str(smoke.id) / "models").iterdir():
-        cfg = json.loads((neutral / "config.json").read_text())
-        assert "poisoned" not in cfg and "triggers" not in cfg  # reduced config only
-        assert neutral.name.startswith("m-") and neutral.name not in real_names
+    assert {r.neutral_name for r in smoke.results} == {"m-00000", "m-00001"}
+    assert not (job_dir / "models").exists()  # the neutral copies are gone once the job ended
     for s in seen:
         assert "must-not-leak" not in json.dumps(s)
-        assert set(s["env"]) <= set(sandbox.sandbox_env(work, "x")) | {"LC_CTYPE"}
+        allowed = set(sandbox.sandbox_env(work, "x")) | {"LC_CTYPE", "PWD"}  # PWD: bwrap --chdir
+        assert set(s["env"]) <= allowed and s["env"]["HOME"] == "/tmp"  # HOME: the sandbox's private /tmp
         assert "ground_truth.csv" not in s["model_dir"] and set(s["model_dir"]) <= {"model.pt", "config.json",
                                                                                     "clean_example_data"}
         assert not any(n in " ".join(s["argv"]) for n in real_names)
         assert os.path.realpath(s["cwd"]) == os.path.realpath(work)
+        assert str(job_dir / "tmp") in s["model"]  # the harness's copy sits in the job's folder, not /tmp
 
 
 def test_daemon_children_are_reaped(client, setup_round, settings) -> None:  # type: ignore[no-untyped-def]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -137,6 +138,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(TrojanscopeError)
     async def _service_error(_request: Request, exc: TrojanscopeError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=status_for(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        """A malformed body, path or query answers one line in the documented shape, not pydantic's list."""
+        err = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        msg = str(err.get("msg", "invalid request")).splitlines()[0][:200]
+        if err.get("type") == "json_invalid":
+            where, msg = "body", f"not valid JSON ({(err.get('ctx') or {}).get('error', 'parse error')})"
+        return JSONResponse({"detail": f"{where}: {msg}"}, status_code=422)
 
     for module in (rounds, teams, submissions, pages):
         app.include_router(module.router)

@@ -53,16 +53,36 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:  # noqa: ARG001 - zoo 
         data_dir: Path = typer.Option(Path("leaderboard-data"), "--data-dir", help="Where uploads, extracted "
                                       "submissions and job folders live."),
         access_log: bool = typer.Option(True, "--access-log/--no-access-log", help="Log every HTTP request."),
+        insecure_no_sandbox: bool = typer.Option(
+            False, "--insecure-no-sandbox", help="Run submissions WITHOUT the bubblewrap sandbox: a submission can "
+            "then read the test labels, the database and other teams' files, and reach the network. Only for "
+            "submissions you trust; every page says this mode is on. Without this flag, serve refuses to start "
+            "workers where bubblewrap cannot isolate them."),
     ) -> None:
         """Run the leaderboard: web pages + HTTP API on HOST:PORT and N scoring workers; Ctrl-C stops them all.
 
-        Organiser actions need TROJANSCOPE_ADMIN_TOKEN set in the environment (never on the command line);
-        other limits are TROJANSCOPE_* variables (docs/leaderboard-operations.md). Example:
+        Organiser actions need TROJANSCOPE_ADMIN_TOKEN set in the environment (never on the command line); serve
+        takes it out of its own environment at start, so no worker or detector process carries it. Every detector
+        run (configure, smoke, test, holdout, harvest) is isolated with bubblewrap (no network, an unprivileged
+        uid, only the model and the submission visible; docs/leaderboard-security.md); other limits are
+        TROJANSCOPE_* variables (docs/leaderboard-operations.md). Example:
 
           TROJANSCOPE_ADMIN_TOKEN=$(openssl rand -hex 24) trojanscope serve --db sqlite:///lb.db --rounds rounds.toml
         """
-        from trojanscope.leaderboard.server import run_server
+        from trojanscope.leaderboard.server import hide_admin_token, run_server, take_admin_token
         from trojanscope.leaderboard.settings import Settings
 
-        settings = Settings.from_env(db_url=db, data_dir=data_dir)
+        hide_admin_token()  # re-executes this command with the token out of every process's environment
+        settings = Settings.from_env(db_url=db, data_dir=data_dir.resolve(), admin_token=take_admin_token(),
+                                     isolation="none" if insecure_no_sandbox else None)
+        if workers and settings.isolation == "bwrap":
+            from trojanscope.leaderboard.sandbox import isolation_problem
+
+            if (problem := isolation_problem()) is not None:
+                raise typer.BadParameter(f"{problem}; submissions cannot be isolated, so serve will not score them. "
+                                         "Fix that, or pass --insecure-no-sandbox to run only submissions you trust",
+                                         param_hint="sandbox")
+        if settings.isolation == "none":
+            typer.echo("warning: submissions run WITHOUT a sandbox (--insecure-no-sandbox): they can read test labels "
+                       "and reach the network", err=True)
         run_server(settings, host=host, port=port, rounds=rounds, workers=workers, access_log=access_log)

@@ -8,7 +8,8 @@ What the worker does for every job (see docs/leaderboard-operations.md, "Sandbox
   (new session, clean environment, ``setrlimit`` CPU/memory/process/file-size limits);
 - after every model, kills every process still carrying the job's sandbox tag, so a detector that
   forks children or daemonises cannot outlive its time limit.
-It is not a container: the detector runs as the worker's user and can read whatever that user can.
+With the ``bwrap`` engine (the default) the jail is a boundary: namespaces, an unprivileged uid, only the
+contract's paths visible (:mod:`trojanscope.leaderboard.jail`; threat model in docs/leaderboard-security.md).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import shlex
 import shutil
 import signal
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from trojanscope.fsutil import atomic_dir
@@ -80,9 +83,25 @@ def sandbox_env(work: Path, tag: str) -> dict[str, str]:
     }
 
 
+def runtime_paths() -> list[str]:
+    """What the sandbox shows read-only besides /usr: this interpreter's prefixes (the venv and the Python it
+    was made from) and the trojanscope package, so detectors can import torch and trojanscope."""
+    import trojanscope
+
+    paths = {sys.prefix, sys.base_prefix, str(Path(trojanscope.__file__).resolve().parent)}
+    return sorted(p for p in paths if not Path(p).resolve().is_relative_to("/usr"))
+
+
+def sandbox_uid(base: int, job_id: int) -> int:
+    """The unprivileged uid a job's detector runs as when the worker is root: one per job, so no job can reach
+    another's files or processes, and RLIMIT_NPROC counts that job's processes alone."""
+    return base + job_id % 1_000_000
+
+
 def jailed_command(command: str, env: dict[str, str], *, cpu_seconds: float | None, memory_bytes: int | None,
-                   max_processes: int | None, file_size_bytes: int | None) -> list[str]:
-    """The argv the harness runs: the jail launcher, its limits and environment, then the detector command.
+                   max_processes: int | None, file_size_bytes: int | None, engine: str = "bwrap",
+                   uid: int | None = None, tmp_bytes: int | None = None) -> list[str]:
+    """The argv the harness runs: the jail launcher, its engine, limits and environment, then the detector command.
 
     A leading ``python``/``python3`` becomes this interpreter, so detectors can import torch and
     trojanscope without a venv of their own.
@@ -90,14 +109,40 @@ def jailed_command(command: str, env: dict[str, str], *, cpu_seconds: float | No
     argv = shlex.split(command)
     if argv[0] in ("python", "python3"):
         argv[0] = sys.executable
-    jail = [sys.executable, "-m", "trojanscope.leaderboard.jail"]
+    jail = [sys.executable, "-m", "trojanscope.leaderboard.jail", "--engine", engine]
     for flag, value in (("--cpu", cpu_seconds), ("--mem", memory_bytes), ("--nproc", max_processes),
-                        ("--fsize", file_size_bytes)):
+                        ("--fsize", file_size_bytes), ("--uid", uid), ("--tmp-bytes", tmp_bytes)):
         if value is not None:
             jail += [flag, str(int(value))]
+    if engine == "bwrap":
+        for path in runtime_paths():
+            jail += ["--ro", path]
     for key, value in env.items():
         jail += ["--env", f"{key}={value}"]
     return [*jail, "--", *argv]
+
+
+def isolation_problem() -> str | None:
+    """Why bubblewrap cannot isolate detectors on this machine (None when it can): not installed, or the
+    kernel refuses the namespaces. Checked by running ``true`` in the same namespaces the jail asks for."""
+    import subprocess
+
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    from trojanscope.leaderboard.jail import system_binds
+
+    probe = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", *system_binds(),
+             "--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/true"]
+    kw = {"user": 65534, "group": 65534, "extra_groups": []} if os.geteuid() == 0 else {}
+    try:
+        proc = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False, **kw)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"bubblewrap could not start: {exc}"
+    if proc.returncode != 0:
+        line = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        return f"bubblewrap cannot create the sandbox's namespaces here ({line})"
+    return None
 
 
 def tagged_pids(tag: str) -> list[int]:
@@ -145,3 +190,18 @@ def add_ground_truth(model_map: list[list[str]], source: dict[str, Path], dest: 
         label = source[real] / "ground_truth.csv"
         if label.is_file() and not (dest / neutral / "ground_truth.csv").is_file():
             atomic_write_bytes(dest / neutral / "ground_truth.csv", label.read_bytes())
+
+
+@contextlib.contextmanager
+def private_tmp(folder: Path) -> Iterator[Path]:
+    """Make ``folder`` (emptied first) this process's temp folder while the block runs, then remove it: the
+    harness's per-model copies of sequestered models land there instead of the system temp folder."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    previous = tempfile.tempdir
+    tempfile.tempdir = str(folder)
+    try:
+        yield folder
+    finally:
+        tempfile.tempdir = previous
+        shutil.rmtree(folder, ignore_errors=True)

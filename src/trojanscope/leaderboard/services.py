@@ -290,29 +290,57 @@ def _clean_filename(name: str) -> str:
     return base or "upload"
 
 
+MAX_ID = 2**63 - 1  # the databases' integer range: a larger id is simply not there (never a 500)
+
+
 def get_submission(s: Session, sub_id: int) -> Submission:
-    sub = s.get(Submission, sub_id)
+    sub = s.get(Submission, sub_id) if 0 < sub_id <= MAX_ID else None
     if sub is None:
         raise NotFoundError(f"submission {sub_id} does not exist")
     return sub
 
 
-def stage_view(job: Job, *, show: bool) -> dict[str, Any]:
-    """A job as shown to readers; ``show=False`` hides scores (holdout before the round closes)."""
+# What a public reader sees instead of a message or error the server wrote: a detector's own output (its
+# last line, an exception) and server paths reach only the submitting team and the organisers.
+PUBLIC_MESSAGES = {"smoke_failed": "smoke test: no model produced a valid answer",
+                   "configure_failed": "the configure step failed",
+                   "failed": "scoring failed"}
+PRIVATE_NOTE = "; the team (with its token) and the organisers can read why"
+
+
+def stage_view(job: Job, *, show: bool, full: bool = True) -> dict[str, Any]:
+    """A job as shown to readers; ``show=False`` hides scores (holdout before the round closes), ``full=False``
+    (public readers) replaces its error text with a fixed line."""
+    error = job.error if full or not job.error else f"{job.status}{PRIVATE_NOTE}"
     view: dict[str, Any] = {"stage": job.stage, "status": job.status, "attempts": job.attempts,
                             "created_at": job.created_at, "finished_at": job.finished_at,
-                            "runtime_s": job.runtime_s, "error": job.error}
+                            "runtime_s": job.runtime_s, "error": error}
     view["scores"] = (job.scores or {}) if show else None
     view["hidden"] = not show
     return view
 
 
-def submission_view(sub: Submission, *, admin: bool) -> dict[str, Any]:
+def public_message(sub: Submission) -> str | None:
+    if not sub.message:
+        return None
+    return PUBLIC_MESSAGES.get(sub.status, sub.status) + PRIVATE_NOTE
+
+
+def submission_view(sub: Submission, *, admin: bool, owner: bool = False) -> dict[str, Any]:
+    """A submission as ``admin``, its own team (``owner``) or the public sees it: the public gets no text the
+    detector wrote and no server path, only statuses and scores."""
     closed = sub.round.status == "closed"
+    full = admin or owner
     return {"id": sub.id, "round": sub.round.name, "team": sub.team.name, "filename": sub.filename,
             "size_bytes": sub.size_bytes, "sha256": sub.sha256, "command": sub.command, "status": sub.status,
-            "message": sub.message, "created_at": sub.created_at,
-            "stages": [stage_view(j, show=j.stage != "holdout" or closed or admin) for j in sub.jobs]}
+            "message": sub.message if full else public_message(sub), "created_at": sub.created_at,
+            "stages": [stage_view(j, show=j.stage != "holdout" or closed or admin, full=full) for j in sub.jobs]}
+
+
+def viewer_owns(s: Session, sub: Submission, token: str | None) -> bool:
+    """Whether ``token`` is the token of the team that made ``sub``."""
+    team = team_for_token(s, token) if token else None
+    return team is not None and team.id == sub.team_id
 
 
 def leaderboard(s: Session, rnd: Round, *, include_holdout: bool) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
@@ -31,9 +32,14 @@ class Settings(BaseModel):
     max_files: int = Field(2000, gt=0)
     rate_limit_count: int = Field(5, ge=1)             # submissions per team ...
     rate_limit_window_s: float = Field(3600.0, gt=0)  # ... per this many seconds
+    # sandbox: "bwrap" isolates every detector run (docs/leaderboard-security.md); "none" is process hygiene only,
+    # for trusted submissions (serve --insecure-no-sandbox)
+    isolation: Literal["bwrap", "none"] = "bwrap"
+    sandbox_uid_base: int = Field(1_900_000_000, gt=0, lt=4_200_000_000)  # as root: job N runs as base + N
+    sandbox_tmp_bytes: int = Field(512 * MiB, gt=0)   # the detector's private /tmp (its HOME), held in memory
     # sandbox limits per detector process
     memory_bytes: int | None = Field(8192 * MiB, gt=0)  # RLIMIT_AS: address space, not resident memory
-    max_processes: int | None = Field(512, gt=0)     # RLIMIT_NPROC: per user, ignored for root
+    max_processes: int | None = Field(512, gt=0)     # RLIMIT_NPROC: per sandbox uid (see isolation)
     file_size_bytes: int | None = Field(512 * MiB, gt=0)
     configure_time_limit_s: float = Field(3600.0, gt=0)  # a submission's configure step, all train models
     # queue

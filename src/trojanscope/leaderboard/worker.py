@@ -231,13 +231,23 @@ class Worker:
         done = threading.Event()
         beat = threading.Thread(target=self._heartbeat, args=(job_id, done), daemon=True)
         beat.start()
+        job_dir = self.settings.data_dir / "jobs" / str(job_id)
         try:
-            self._run_job(job_id)
+            # The harness's per-model copies go under the job's folder, never the system temp folder.
+            with sandbox.private_tmp(job_dir / "tmp"):
+                self._run_job(job_id)
         except TrojanscopeError as exc:
             self._fail(job_id, str(exc))
         finally:
             done.set()
             beat.join()
+        with self.Session() as s:
+            job = s.get(Job, job_id)
+            # configure's labelled copies are of the train split, which teams download anyway; they stay for
+            # the organiser to refit from
+            ended = job is not None and job.status in ("done", "failed") and job.stage != "configure"
+        if ended:  # no copy of a scored model (test, holdout) stays on disk after its job
+            shutil.rmtree(job_dir / "models", ignore_errors=True)
 
     def _run_job(self, job_id: int) -> None:
         with self.Session() as s:
@@ -330,16 +340,22 @@ class Worker:
             if remaining <= 0:
                 break
             limit = min(per_model, remaining)
-            argv = sandbox.jailed_command(
-                command, env, cpu_seconds=math.ceil(per_model * (os.cpu_count() or 1)) + 5,
-                memory_bytes=self.settings.memory_bytes, max_processes=self.settings.max_processes,
-                file_size_bytes=self.settings.file_size_bytes) + learned_args
+            argv = self.jailed(command, job_id, per_model, env=env) + learned_args
             try:
                 self.scoring.evaluate(model.parent, out, command=argv, models=[model], time_limit_s=limit,
                                       env=env, cwd=work, seed=job_id, progress=False, workers=1)
             finally:
                 sandbox.kill_tagged(tag)
         return read_results(results_csv)
+
+    def jailed(self, command: str, job_id: int, seconds: float, *, env: dict[str, str]) -> list[str]:
+        """The jail launcher's argv for one detector run of ``job_id`` (engine and limits from the settings)."""
+        st = self.settings
+        return sandbox.jailed_command(
+            command, env, cpu_seconds=math.ceil(seconds * (os.cpu_count() or 1)) + 5,
+            memory_bytes=st.memory_bytes, max_processes=st.max_processes, file_size_bytes=st.file_size_bytes,
+            engine=st.isolation, tmp_bytes=st.sandbox_tmp_bytes,
+            uid=sandbox.sandbox_uid(st.sandbox_uid_base, job_id) if os.geteuid() == 0 else None)
 
     def _configure(self, job_id: int, command: str, models: Path, n_models: int, work: Path, env: dict[str, str],
                    job_dir: Path, store: Path) -> None:
@@ -351,10 +367,7 @@ class Worker:
         for folder in (learned, scratch):  # an interrupted attempt starts over
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True)
-        argv = sandbox.jailed_command(
-            command, env, cpu_seconds=math.ceil(limit * (os.cpu_count() or 1)) + 5,
-            memory_bytes=self.settings.memory_bytes, max_processes=self.settings.max_processes,
-            file_size_bytes=self.settings.file_size_bytes)
+        argv = self.jailed(command, job_id, limit, env=env)
         argv += ["--configure_mode", "--configure_models_dirpath", str(models),
                  "--learned_parameters_dirpath", str(learned), "--scratch_dirpath", str(scratch)]
         log = job_dir / "configure.log"
@@ -428,18 +441,24 @@ class Worker:
             if job.stage == "smoke":
                 if scores["n_ok"] == 0:
                     first = next((r["reason"] for _, _, r, _ in records if r["reason"]), "no result")
-                    sub.status = "smoke_failed"
+                    sub.status = "smoke_failed"  # the reason is the detector's own output: team and organiser only
                     sub.message = f"smoke test: no model produced a valid answer (first reason: {first[:200]})"
                 else:
                     sub.status = "scoring"
                     s.add(Job(submission_id=sub.id, stage="test", priority=1))
             elif job.stage == "test":
                 sub.status = "scored"
+            stage = job.stage
+            label = f"round {sub.round.name}, {'train' if stage in ('smoke', 'configure') else stage} split"
             s.commit()
-        self._write_report(job_dir, records, scores, zoo, command)
+        if stage == "smoke":  # the smoke report is public: no detector output in it
+            records = [(n, real, {**row, "reason": ""}, gt) for n, real, row, gt in records]
+        self._write_report(job_dir, records, scores, zoo, command, label=label)
 
-    def _write_report(self, job_dir: Path, records: list, scores: dict[str, Any], zoo: Path, command: str) -> None:
-        """The harness report over de-neutralised results (organiser view); best effort."""
+    def _write_report(self, job_dir: Path, records: list, scores: dict[str, Any], zoo: Path, command: str, *,
+                      label: str = "zoo") -> None:
+        """The harness report over de-neutralised results; best effort. The zoo's path on this server is
+        replaced by ``label`` (a report page must not show server paths)."""
         if self.scoring.write_report is None:
             return
         from trojanscope.fsutil import atomic_write_json, atomic_write_text
@@ -461,6 +480,13 @@ class Worker:
             self.scoring.write_report(report, zoo)
         except Exception as exc:  # noqa: BLE001 - a report failure must never lose a scored job
             atomic_write_text(report / "report-error.txt", f"{type(exc).__name__}: {exc}\n")
+            return
+        for page in [*report.glob("report*.html"), *report.glob("report*.md"), report / "run.json"]:
+            if page.is_file():
+                text = page.read_text(encoding="utf-8")
+                for path in {str(zoo), str(zoo.resolve())}:
+                    text = text.replace(path, label)
+                atomic_write_text(page, text)
 
     def _fail(self, job_id: int, message: str) -> None:
         with self.Session() as s:

@@ -42,6 +42,7 @@ templates.env.filters["when"] = _when
 
 
 def _render(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
+    ctx.setdefault("isolation", request.app.state.settings.isolation)  # every page says how submissions run
     return templates.TemplateResponse(request, name, ctx, status_code=status_code)
 
 
@@ -127,7 +128,9 @@ def submission_page(sub_id: int, request: Request, s: SessionDep, settings: Sett
                                                           or admin):
             # Neutral names only: which real model a row is stays secret (test labels would leak).
             results[job.stage] = sorted(job.results, key=lambda r: r.neutral_name)
-    return _render(request, "submission.html", sub=view, results=results, reports=reports)
+    # Per-model reasons are the detector's own output: organisers only on the page (teams read theirs
+    # through GET /api/submissions/{id} with their token).
+    return _render(request, "submission.html", sub=view, results=results, reports=reports, reasons=admin)
 
 
 @router.get("/submissions/{sub_id}/report/{stage}")

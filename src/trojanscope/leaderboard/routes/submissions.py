@@ -56,13 +56,24 @@ def create_submission(round_name: str, s: SessionDep, settings: SettingsDep, bea
     """Upload a submission (team token as a Bearer header or a ``token`` form field); it is queued for its smoke
     test, then scored on the test split."""
     sub = accept_upload(s, settings, round_name, bearer or token, file)
-    return services.submission_view(sub, admin=False)
+    return services.submission_view(sub, admin=False, owner=True)
 
 
 @router.get("/api/submissions/{sub_id}")
-def get_submission(sub_id: int, s: SessionDep, admin: AdminFlag) -> dict[str, Any]:
-    """A submission with each stage's status and scores (holdout hidden until the round closes)."""
-    return services.submission_view(services.get_submission(s, sub_id), admin=admin)
+def get_submission(sub_id: int, s: SessionDep, admin: AdminFlag, bearer: BearerDep) -> dict[str, Any]:
+    """A submission with each stage's status and scores (holdout hidden until the round closes). With its team's
+    token (or the organiser's) it also carries the messages and, per model, the reasons its detector failed;
+    without, statuses and scores only."""
+    sub = services.get_submission(s, sub_id)
+    owner = not admin and services.viewer_owns(s, sub, bearer)
+    view = services.submission_view(sub, admin=admin, owner=owner)
+    if admin or owner:
+        view["results"] = {job.stage: [{"model": r.neutral_name, "probability": r.probability, "status": r.status,
+                                        "reason": r.reason, "seconds": r.seconds}
+                                       for r in sorted(job.results, key=lambda r: r.neutral_name)]
+                           for job in sub.jobs if job.stage in ("smoke", "test")
+                           or (job.stage == "holdout" and (admin or sub.round.status == "closed"))}
+    return view
 
 
 @router.get("/api/jobs", dependencies=[AdminOnly])
