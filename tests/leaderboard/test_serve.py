@@ -114,6 +114,9 @@ def test_serve_end_to_end_and_ctrl_c(tmp_path: Path, zoos) -> None:  # type: ign
             assert c.get("/api/rounds/r1/leaderboard").json()[0]["team"] == "alpha"
         workers = _children(proc.pid)
         assert len(workers) >= 2
+        # the organiser token worked above, yet no process of the service carries it in its environment
+        for pid in (proc.pid, *workers):
+            assert ADMIN.encode() not in Path(f"/proc/{pid}/environ").read_bytes(), pid
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
         try:
@@ -147,3 +150,48 @@ def test_a_database_url_that_does_not_work_is_one_line(tmp_path: Path, capsys, u
     err_text = capsys.readouterr().err
     assert exit_info.value.code == 2 and err_text.startswith("error: --db ") and err_text.count("\n") == 1
     assert "s3cret" not in err_text and not (tmp_path / "d").exists()  # nothing half-made
+
+
+@pytest.mark.slow
+def test_workers_die_with_a_killed_server_and_a_new_one_reaps_leftovers(tmp_path: Path) -> None:
+    """SIGKILL of `serve` (no chance to stop its workers): they end with it, and pid files of workers a
+    server left behind are stopped by the next server on that data folder."""
+    from trojanscope.leaderboard.server import _start_time, reap_stale_workers
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    data = tmp_path / "data"
+    proc = subprocess.Popen([sys.executable, "-m", "trojanscope.cli", "serve", "--db", f"sqlite:///{tmp_path}/lb.db",
+                             "--port", str(port), "--workers", "2", "--data-dir", str(data), "--no-access-log"],
+                            env={**os.environ, "TROJANSCOPE_ADMIN_TOKEN": ADMIN}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(list((data / "workers").glob("*.pid")) if (data / "workers").is_dir() else []) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, "workers did not start"
+        time.sleep(0.2)
+    workers = [int(p.stem) for p in (data / "workers").glob("*.pid")]
+    proc.kill()
+    proc.wait(10)
+    deadline = time.monotonic() + 20
+    while (alive := [w for w in workers if _start_time(w) is not None]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive, "workers outlived their server"
+    # a worker the kernel could not take down (another machine's pid namespace, an old trojanscope): its pid file
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    (data / "workers").mkdir(exist_ok=True)
+    (data / "workers" / f"{stray.pid}.pid").write_text(f"{stray.pid} {_start_time(stray.pid)}\n")
+    (data / "workers" / "999999999.pid").write_text("999999999 1\n")  # long gone: ignored
+    assert reap_stale_workers(data, timeout=5) == 1
+    assert stray.wait(10) is not None and not list((data / "workers").glob("*.pid"))
+
+
+def test_serve_refuses_to_score_without_a_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where bubblewrap is missing, serve does not start workers unless the operator names the risk."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on PATH
+    args = ["serve", "--db", f"sqlite:///{tmp_path}/lb.db", "--data-dir", str(tmp_path / "d"), "--workers", "1"]
+    result = CliRunner().invoke(build_app(), args, env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    assert "bubblewrap (bwrap) is not installed" in result.output and "--insecure-no-sandbox" in result.output
+    help_text = CliRunner().invoke(build_app(), ["serve", "--help"], env={"COLUMNS": "200"}).output
+    assert "--insecure-no-sandbox" in help_text and "WITHOUT" in help_text
