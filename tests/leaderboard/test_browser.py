@@ -10,7 +10,7 @@ import pytest
 
 from trojanscope.leaderboard.worker import Worker
 
-from .helpers import submission_bytes
+from .helpers import ADMIN, submission_bytes
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -95,3 +95,32 @@ def test_upload_score_and_leaderboard_in_browser(live_server, browser, client, s
     table.find_element(By.LINK_TEXT, "alpha").click()
     WebDriverWait(browser, WAIT_S).until(EC.text_to_be_present_in_element((By.TAG_NAME, "h1"), "Team alpha"))
     assert "#1" in wait_text(browser, "team-submissions", "#1").text
+
+
+@pytest.mark.slow
+def test_api_docs_render_offline_and_the_organiser_signs_in(live_server, browser, client, setup_round,  # type: ignore[no-untyped-def]
+                                                             settings) -> None:
+    """/docs draws Swagger UI from the server's own assets (this machine has no route to a CDN); an unknown page
+    is a page; the organiser signs in once and opens a test report."""
+    browser.get(live_server + "/")
+    browser.find_element(By.LINK_TEXT, "/docs").click()
+    WebDriverWait(browser, WAIT_S).until(EC.presence_of_element_located((By.CSS_SELECTOR, ".swagger-ui .info .title")))
+    assert "trojanscope leaderboard" in browser.find_element(By.CSS_SELECTOR, ".swagger-ui .info .title").text
+    assert browser.find_elements(By.CSS_SELECTOR, ".opblock")  # the operations are listed
+    assert all(not src or src.startswith(live_server) for src in
+               (s.get_attribute("src") for s in browser.find_elements(By.TAG_NAME, "script")))
+    browser.get(live_server + "/submissions/999")
+    assert "submission 999 does not exist" in wait_text(browser, "error", "does not exist").text
+
+    tokens = setup_round(("alpha",), smoke_models=1)
+    client.post("/api/rounds/r1/submissions", headers={"Authorization": f"Bearer {tokens['alpha']}"},
+                files={"file": ("s.zip", submission_bytes("good"), "application/zip")})
+    Worker(settings).run_until_idle()
+    browser.get(live_server + "/submissions/1/report/test/report.html")
+    assert "organiser" in wait_text(browser, "error", "organiser").text  # a page saying why, not JSON
+    browser.get(live_server + "/organiser")
+    browser.find_element(By.ID, "token").send_keys(ADMIN)
+    browser.find_element(By.ID, "sign-in").click()
+    wait_text(browser, "organiser-signed-in", "organiser view")
+    browser.get(live_server + "/submissions/1/report/test/report.html")
+    WebDriverWait(browser, WAIT_S).until(EC.title_contains("python detector.py on"))

@@ -6,11 +6,13 @@ import time
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from fastapi_offline import FastAPIOffline
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from trojanscope.errors import ConfigError, TrojanscopeError
-from trojanscope.leaderboard import archive, services
+from trojanscope.leaderboard import archive, security, services
 from trojanscope.leaderboard.db import make_sessionmaker
 from trojanscope.leaderboard.settings import Settings
 
@@ -102,7 +104,8 @@ class CachedRoundPages:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         name = None
         if scope["type"] == "http" and scope["method"] == "GET" and scope["path"].startswith("/rounds/") and \
-                not any(k == b"authorization" for k, _ in scope["headers"]):
+                not any(k == b"authorization" or (k == b"cookie" and security.ORGANISER_COOKIE.encode() in v)
+                        for k, v in scope["headers"]):
             name = scope["path"][len("/rounds/"):]
             hit = self.cache.get((name, False)) if "/" not in name else None
             if hit is not None and (time.monotonic() - hit[0] < self.fresh_s or name in self.revalidating):
@@ -127,7 +130,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings.from_env()
     sessions = make_sessionmaker(settings.db_url)  # first: a --db that does not work leaves nothing behind
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    app = FastAPI(title="trojanscope leaderboard", version="1",
+    # FastAPIOffline: /docs and /redoc load Swagger UI and ReDoc from the package, not a CDN (offline servers)
+    app = FastAPIOffline(title="trojanscope leaderboard", version="1",
                   description="TrojAI-style leaderboard: rounds, teams, sandboxed submissions scored by the "
                               "trojanscope harness. Organiser actions need `Authorization: Bearer <admin token>`; "
                               "team uploads need the team's token.")
@@ -136,8 +140,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.round_page_cache = {}  # (round, admin) -> (checked at, fingerprint, html); see routes.pages
 
     @app.exception_handler(TrojanscopeError)
-    async def _service_error(_request: Request, exc: TrojanscopeError) -> JSONResponse:
+    async def _service_error(request: Request, exc: TrojanscopeError) -> Response:
+        if pages.wants_page(request):
+            return pages.error_page(request, status_for(exc), str(exc))
         return JSONResponse({"detail": str(exc)}, status_code=status_for(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """Pages answer errors as pages (a browser gets HTML, not a JSON body); the API keeps {"detail"}."""
+        if pages.wants_page(request):
+            return pages.error_page(request, exc.status_code, str(exc.detail))
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -33,15 +33,20 @@ async def bearer(authorization: Annotated[str | None, Header()] = None) -> str |
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
-async def is_admin(settings: Annotated[Settings, Depends(get_settings)],
-             token: Annotated[str | None, Depends(bearer)]) -> bool:
-    """Whether the request carries the organiser token (never raises: pages use it to decide what to show)."""
-    return security.admin_matches(token, settings.admin_secret())
+async def is_admin(request: Request, settings: Annotated[Settings, Depends(get_settings)],
+                   token: Annotated[str | None, Depends(bearer)]) -> bool:
+    """Whether the request carries the organiser token, or the organiser's sign-in cookie (``/organiser``), which
+    only ever lets a reader see more (never raises: pages use it to decide what to show)."""
+    return security.admin_matches(token, settings.admin_secret()) or security.cookie_matches(
+        request.cookies.get(security.ORGANISER_COOKIE), settings.admin_secret())
 
 
 async def require_admin(settings: Annotated[Settings, Depends(get_settings)],
                   token: Annotated[str | None, Depends(bearer)]) -> None:
     """401 without a token, 403 with a wrong one."""
+    if settings.admin_secret() is None:
+        raise HTTPException(403, "organiser actions are disabled on this server: it was started without "
+                                 "TROJANSCOPE_ADMIN_TOKEN")
     if not token:
         raise HTTPException(401, "organiser token required: send Authorization: Bearer <TROJANSCOPE_ADMIN_TOKEN>",
                             headers={"WWW-Authenticate": "Bearer"})

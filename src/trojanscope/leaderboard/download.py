@@ -4,7 +4,9 @@ The archive is laid out from the folder's listing alone (sorted names, fixed own
 so its size and every byte offset are known before anything is read: a ``Range`` request is served
 by seeking into the one or two files it covers. Its ``etag`` changes whenever a file is added,
 removed or rewritten, so a client resuming against a changed split starts over (``If-Range``).
-Only regular files inside the folder go in: links, hidden names and ``.tmp-*`` leftovers stay out.
+Only regular files inside the folder go in: links, hidden names, ``.tmp-*`` leftovers and the zoo's
+``failed/`` folder (draws that did not converge, replaced in the release and kept for the organiser's study) stay
+out.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from trojanscope.fsutil import atomic_write_text
 
+REJECTED_DIR = "failed"  # rounds.zoo.FAILED_DIR; not imported, so this module stays light
 BLOCK = 512
 CHUNK = 1 << 20
 _END = b"\0" * (2 * BLOCK)
@@ -42,7 +45,7 @@ class SplitArchive:
         offset, n_files = 0, 0
         for path in sorted(p for p in root.rglob("*") if not p.is_symlink() and p.is_file()):
             rel = path.relative_to(root)
-            if any(part.startswith(".") for part in rel.parts):
+            if any(part.startswith(".") for part in rel.parts) or rel.parts[0] == REJECTED_DIR:
                 continue
             st = path.stat()
             info = tarfile.TarInfo(f"{prefix}/{rel.as_posix()}")

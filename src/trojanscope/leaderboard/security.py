@@ -51,3 +51,19 @@ def admin_matches(given: str | None, expected: str | None) -> bool:
     if not given or not expected:
         return False
     return hmac.compare_digest(hashlib.sha256(given.encode()).digest(), hashlib.sha256(expected.encode()).digest())
+
+
+ORGANISER_COOKIE = "trojanscope_organiser"
+
+
+def organiser_cookie(admin_token: str) -> str:
+    """The value of the organiser's sign-in cookie: a digest of the token, never the token. It lets a browser
+    *read* what organisers may read (test and holdout reports, reasons, hidden scores); every organiser action
+    still needs the token itself as a bearer header."""
+    return hashlib.sha256(f"trojanscope organiser page cookie\0{admin_token}".encode()).hexdigest()
+
+
+def cookie_matches(given: str | None, admin_token: str | None) -> bool:
+    if not given or not admin_token:
+        return False
+    return hmac.compare_digest(given.encode(), organiser_cookie(admin_token).encode())

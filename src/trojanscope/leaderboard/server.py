@@ -146,6 +146,22 @@ def stop_workers(procs: list[mp.process.BaseProcess], timeout: float = 30.0) -> 
             p.join(5)
 
 
+def _check_port(host: str, port: int) -> None:
+    """One line, before anything starts, when HOST:PORT cannot be listened on (uvicorn would print five)."""
+    import socket
+
+    from trojanscope.errors import ConfigError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror}); stop what uses that port or pass "
+                              "--port with a free one") from None
+
+
 def run_server(settings: Settings, *, host: str, port: int, rounds: Path | None, workers: int,
                access_log: bool = True) -> None:
     """Create/upgrade the database, register rounds.toml, start workers, serve until Ctrl-C, stop workers."""
@@ -154,6 +170,7 @@ def run_server(settings: Settings, *, host: str, port: int, rounds: Path | None,
     from trojanscope.leaderboard.app import create_app
     from trojanscope.leaderboard.services import load_rounds_file
 
+    _check_port(host, port)
     app = create_app(settings)
     if rounds is not None:
         with app.state.sessionmaker() as s:

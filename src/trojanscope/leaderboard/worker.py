@@ -24,6 +24,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -218,6 +219,16 @@ class Worker:
             if job_id is not None:
                 sandbox.kill_tagged(self.tag(job_id))
                 self.release(job_id)
+                self.log(job_id, "stopped; handed back to the queue")
+
+    def log(self, job_id: int, what: str) -> None:
+        """One line per job event on the operator's terminal (stderr), beside the web server's access lines."""
+        with self.Session() as s:
+            job = s.get(Job, job_id)
+            who = (f"submission {job.submission_id} ({job.submission.team.name}, {job.stage})"
+                   if job is not None and job.submission is not None else "?")
+        stamp = utcnow().strftime("%H:%M:%S")
+        print(f"{stamp} worker {os.getpid()}: job {job_id}, {who}: {what}", file=sys.stderr, flush=True)
 
     def tag(self, job_id: int) -> str:
         # Stable across restarts (a resumed job must find its predecessor's leftovers) and per install.
@@ -232,6 +243,8 @@ class Worker:
         beat = threading.Thread(target=self._heartbeat, args=(job_id, done), daemon=True)
         beat.start()
         job_dir = self.settings.data_dir / "jobs" / str(job_id)
+        t0 = time.monotonic()
+        self.log(job_id, "started")
         try:
             # The harness's per-model copies go under the job's folder, never the system temp folder.
             with sandbox.private_tmp(job_dir / "tmp"):
@@ -243,6 +256,12 @@ class Worker:
             beat.join()
         with self.Session() as s:
             job = s.get(Job, job_id)
+            if job is not None and job.status in ("done", "failed"):
+                sc = job.scores or {}
+                ce = f", CE {sc['cross_entropy']:.4f}" if isinstance(sc.get("cross_entropy"), float) else ""
+                ok = f", {sc.get('n_ok')}/{sc.get('n_models')} valid answers" if "n_models" in sc else ""
+                self.log(job_id, f"{job.status} in {time.monotonic() - t0:.1f} s{ok}{ce}"
+                         + (f": {job.error[:200]}" if job.status == "failed" and job.error else ""))
             # configure's labelled copies are of the train split, which teams download anyway; they stay for
             # the organiser to refit from
             ended = job is not None and job.status in ("done", "failed") and job.stage != "configure"

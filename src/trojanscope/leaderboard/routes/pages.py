@@ -15,7 +15,7 @@ from sqlalchemy.orm import joinedload
 from starlette.concurrency import run_in_threadpool
 
 from trojanscope.errors import TrojanscopeError
-from trojanscope.leaderboard import services
+from trojanscope.leaderboard import security, services
 from trojanscope.leaderboard.app import status_for
 from trojanscope.leaderboard.db import Round, Submission
 from trojanscope.leaderboard.deps import AdminFlag, SessionDep, SettingsDep
@@ -43,7 +43,52 @@ templates.env.filters["when"] = _when
 
 def _render(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
     ctx.setdefault("isolation", request.app.state.settings.isolation)  # every page says how submissions run
+    ctx.setdefault("organiser", security.cookie_matches(request.cookies.get(security.ORGANISER_COOKIE),
+                                                        request.app.state.settings.admin_secret()))
     return templates.TemplateResponse(request, name, ctx, status_code=status_code)
+
+
+_NOT_PAGES = ("/api/", "/docs", "/redoc", "/openapi.json", "/static-offline-docs")
+
+
+def wants_page(request: Request) -> bool:
+    """A browser asking for a page (HTML accepted, not an API path): its errors are answered as a page."""
+    return (not request.url.path.startswith(_NOT_PAGES)
+            and "text/html" in request.headers.get("accept", ""))
+
+
+def error_page(request: Request, status_code: int, message: str) -> HTMLResponse:
+    return _render(request, "error.html", status_code=status_code, status=status_code, message=message)
+
+
+@router.get("/organiser", response_class=HTMLResponse)
+def organiser_page(request: Request) -> HTMLResponse:
+    """Sign in as the organiser in this browser, to read test and holdout reports and reasons on the pages."""
+    return _render(request, "organiser.html", error=None)
+
+
+@router.post("/organiser", response_model=None)
+def organiser_sign_in(request: Request, settings: SettingsDep,
+                      token: Annotated[str, Form()] = "") -> Response:
+    """Check the organiser token once; the browser keeps a digest of it (HttpOnly, SameSite=Strict) that lets it
+    read what organisers read. Actions (rounds, teams, closing) still need the token as a bearer header."""
+    if settings.admin_secret() is None:
+        return _render(request, "organiser.html", status_code=403,
+                       error="organiser actions are disabled on this server: it was started without "
+                             "TROJANSCOPE_ADMIN_TOKEN")
+    if not security.admin_matches(token.strip(), settings.admin_secret()):
+        return _render(request, "organiser.html", status_code=403, error="this token is not the organiser token")
+    response = RedirectResponse("/", status_code=303)
+    response.set_cookie(security.ORGANISER_COOKIE, security.organiser_cookie(settings.admin_secret() or ""),
+                        httponly=True, samesite="strict", secure=request.url.scheme == "https", max_age=12 * 3600)
+    return response
+
+
+@router.post("/organiser/sign-out")
+def organiser_sign_out() -> RedirectResponse:
+    response = RedirectResponse("/", status_code=303)
+    response.delete_cookie(security.ORGANISER_COOKIE)
+    return response
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -128,9 +173,25 @@ def submission_page(sub_id: int, request: Request, s: SessionDep, settings: Sett
                                                           or admin):
             # Neutral names only: which real model a row is stays secret (test labels would leak).
             results[job.stage] = sorted(job.results, key=lambda r: r.neutral_name)
+    progress = {job.stage: _progress(settings, job) for job in sub.jobs if job.status == "running"}
+    final = sub.status in ("scored", "smoke_failed", "failed", "configure_failed") and not progress
     # Per-model reasons are the detector's own output: organisers only on the page (teams read theirs
     # through GET /api/submissions/{id} with their token).
-    return _render(request, "submission.html", sub=view, results=results, reports=reports, reasons=admin)
+    return _render(request, "submission.html", sub=view, results=results, reports=reports, reasons=admin,
+                   progress=progress, refresh_s=None if final else 5)
+
+
+def _progress(settings: Any, job: Any) -> str:
+    """``"3 of 10 models"`` for a running stage: the harness's results.csv rows against the job's model map."""
+    total = len(job.model_map or [])
+    done = 0
+    results = settings.data_dir / "jobs" / str(job.id) / "out" / "results.csv"
+    try:
+        with results.open(encoding="utf-8") as fh:
+            done = len({line.split(",", 1)[0] for line in fh.read().splitlines()[1:] if line.strip()})
+    except OSError:
+        pass
+    return f"{min(done, total)} of {total} models" if total else "starting"
 
 
 @router.get("/submissions/{sub_id}/report/{stage}")
