@@ -151,6 +151,23 @@ ATTACKS = {
         raise SystemExit(9)
     """,
     "forever": "import time\ntime.sleep(3600)\n",
+    # its manifest names server folders with the contract's flags, hoping they get mounted for it
+    "inject": """
+        for flag in ("--examples_dirpath", "--configure_models_dirpath", "--scratch_dirpath",
+                     "--learned_parameters_dirpath"):
+            path = arg(flag)  # the first occurrence: its manifest's own
+            try:
+                names = os.listdir(path)
+            except OSError:
+                continue
+            if "models" in names or "METADATA.csv" in names:
+                got("injected folder", f"{path}: {names[:8]}")
+        open(result, "w").write("0.5")
+    """,
+    # its result file is a link to a server file, hoping the harness quotes what it reads in the reason
+    "resultlink": """
+        os.symlink(HOST_PATHS[3], result)
+    """,
     # the labels and the token it can find, printed and raised: the public pages must not carry them
     "exfil": """
         print("EXFIL", MARKER, TOKEN, flush=True)
@@ -158,7 +175,7 @@ ATTACKS = {
     """,
 }
 STATUS = {"environ": "ok", "files": "ok", "network": "ok", "escape": "ok", "forkbomb": "timeout",
-          "membomb": "crash", "forever": "timeout", "exfil": "crash"}
+          "membomb": "crash", "forever": "timeout", "inject": "ok", "resultlink": "unparsable", "exfil": "crash"}
 
 
 def _source(kind: str, values: dict[str, object]) -> bytes:
@@ -200,7 +217,11 @@ def test_hostile_submissions_get_nothing(client, setup_round, settings, zoos, li
               "FILL_LIMIT_MIB": 64}
     subs = {}
     for kind in ATTACKS:
-        r = upload(client, tokens[kind], submission_bytes(extra={"detector.py": _source(kind, values)}))
+        flags = " ".join(f"--{flag} {zoos['test']}" for flag in ("examples_dirpath", "configure_models_dirpath",
+                                                                 "scratch_dirpath", "learned_parameters_dirpath"))
+        command = f"python detector.py {flags}" if kind == "inject" else None
+        r = upload(client, tokens[kind], submission_bytes(extra={"detector.py": _source(kind, values)},
+                                                          **({"command": command} if command else {})))
         assert r.status_code == 201, r.text
         subs[kind] = r.json()["id"]
     # small memory limits, so the memory bomb meets them within the time limit
@@ -221,6 +242,9 @@ def test_hostile_submissions_get_nothing(client, setup_round, settings, zoos, li
     with pytest.raises(BlockingIOError):
         listener.accept()  # nobody reached the host's loopback
     assert "heap stopped at" in _logs(settings, jobs["membomb"].id)
+    with client.app.state.sessionmaker() as s:  # the linked file's bytes are quoted nowhere
+        reason = s.scalar(select(Job).where(Job.id == jobs["resultlink"].id)).results[0].reason
+    assert "model_name" not in reason and "poisoned" not in reason, reason
     # the escaped daemon, found by its marker anywhere on the host: gone with its sandbox
     leftovers = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -280,3 +304,21 @@ def test_public_views_carry_no_detector_text(client, setup_round, settings) -> N
     assert public["message"].startswith("smoke test: no model produced a valid answer; the team")
     own = client.get(f"/api/submissions/{sub}", headers={"Authorization": f"Bearer {tokens['alpha']}"}).json()
     assert "exit code 3" in own["message"] and own["results"]["smoke"][0]["reason"].startswith("exit code 3")
+
+
+def test_configure_step_cannot_carry_a_server_file_in_a_link(client, setup_round, settings, zoos) -> None:  # type: ignore[no-untyped-def]
+    """Learned parameters that are links (to the test split's METADATA, say) end the configure step: the worker
+    would follow them when it keeps the parameters for the next stage."""
+    tokens = setup_round()
+    source = (DETECTOR_HEAD.replace('model = arg("--model_filepath"); result = arg("--result_filepath")\n'
+                                    'cfg = json.load(open(os.path.join(os.path.dirname(model), "config.json")))\n', "")
+              + f"os.symlink({str(zoos['test'] / 'METADATA.csv')!r}, "
+                "os.path.join(arg('--learned_parameters_dirpath'), 'params.json'))\n").encode()
+    manifest = 'command = "python detector.py"\nconfigure = true\n'
+    archive = submission_bytes(manifest=manifest, extra={"detector.py": source})
+    sub = upload(client, tokens["alpha"], archive).json()["id"]
+    Worker(settings).run_until_idle()
+    view = client.get(f"/api/submissions/{sub}", headers={"Authorization": f"Bearer {tokens['alpha']}"}).json()
+    assert view["status"] == "configure_failed" and "link or special file" in view["message"], view
+    store = settings.data_dir / "submissions" / str(sub) / "learned_parameters"
+    assert not store.exists()

@@ -57,7 +57,8 @@ _CLONE_NEWNS, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x00020000, 4096, 16384, 1 << 18
 
 def usage() -> str:
     return ("jail: usage: python -m trojanscope.leaderboard.jail [--engine bwrap|none] [--cpu S] [--mem B] "
-            "[--nproc N] [--fsize B] [--tmp-bytes B] [--uid U] [--ro PATH ...] [--env K=V ...] -- command ...")
+            "[--nproc N] [--fsize B] [--tmp-bytes B] [--uid U] [--command-words N] [--ro PATH ...] [--env K=V ...] "
+            "-- command ...")
 
 
 def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -79,11 +80,17 @@ def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     return out, command
 
 
-def contract_paths(command: list[str], cwd: str) -> tuple[list[str], list[str]]:
+def contract_paths(command: list[str], cwd: str, trusted_from: int) -> tuple[list[str], list[str]]:
     """(read-only, writable) absolute paths the detector's command line names under TrojAI's contract, plus its
-    working directory (read-only). Paths that do not exist are left out (the harness makes them all first)."""
+    working directory (read-only). Paths that do not exist are left out (the harness makes them all first).
+
+    Only the words from ``trusted_from`` on are read: those the harness and the worker appended. The words
+    before them are the submission's own command line, and a team that wrote ``--examples_dirpath /srv/zoos``
+    into its manifest must not get that folder shown to its detector."""
+    words = command[trusted_from:]
+
     def value(flag: str) -> str | None:
-        return command[command.index(flag) + 1] if flag in command[:-1] else None
+        return words[words.index(flag) + 1] if flag in words[:-1] else None
 
     read, write = [cwd], []
     for flags, parent, into in ((CONTRACT_READ, False, read), (CONTRACT_PARENT_READ, True, read),
@@ -93,7 +100,7 @@ def contract_paths(command: list[str], cwd: str) -> tuple[list[str], list[str]]:
                 path = os.path.abspath(os.path.join(cwd, v))
                 into.append(os.path.dirname(path) if parent else path)
     if (v := value(LEARNED)) is not None:
-        (write if "--configure_mode" in command else read).append(os.path.abspath(os.path.join(cwd, v)))
+        (write if "--configure_mode" in words else read).append(os.path.abspath(os.path.join(cwd, v)))
     return [p for p in read if os.path.exists(p)], [p for p in write if os.path.exists(p)]
 
 
@@ -178,7 +185,9 @@ def bwrap_argv(command: list[str], env: dict[str, str], opts: dict[str, str], *,
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise OSError("bubblewrap (bwrap) is not installed")
-    read, write = contract_paths(command, cwd)
+    if "--command-words" not in opts:
+        raise OSError("the bwrap engine needs --command-words N: how many words of the command are the submission's")
+    read, write = contract_paths(command, cwd, int(opts["--command-words"]))
     runtime = [os.path.abspath(v) for k, v in opts.items() if k.startswith("ro:") and os.path.exists(v)]
     root = os.geteuid() == 0
     uid = int(opts.get("--uid", 0)) if root else os.getuid()

@@ -115,6 +115,8 @@ def jailed_command(command: str, env: dict[str, str], *, cpu_seconds: float | No
         if value is not None:
             jail += [flag, str(int(value))]
     if engine == "bwrap":
+        # the contract's paths the jail shows are read only from the words after the submission's own
+        jail += ["--command-words", str(len(argv))]
         for path in runtime_paths():
             jail += ["--ro", path]
     for key, value in env.items():

@@ -405,8 +405,14 @@ class Worker:
         seconds = time.monotonic() - t0
         if self._lost.is_set():
             return
-        files = [p for p in learned.rglob("*") if p.is_file()]
-        size = sum(p.stat().st_size for p in files)
+        entries = list(learned.rglob("*"))
+        files = [p for p in entries if p.is_file() and not p.is_symlink()]
+        size = sum(p.lstat().st_size for p in files)
+        odd = next((p for p in entries if p.is_symlink() or not (p.is_file() or p.is_dir())), None)
+        if error is None and odd is not None:
+            # copying a link would follow it as the worker: a way to carry a server file into the next stage
+            error = (f"wrote {odd.relative_to(learned)}, which is a link or special file; learned parameters must "
+                     "be regular files and folders")
         if error is None and size > self.settings.max_extracted_bytes:
             error = f"wrote {size} bytes of learned parameters, over the {self.settings.max_extracted_bytes} limit"
         if error is None:

@@ -9,9 +9,11 @@ in [0, 1] is replaced by p = 0.5 (TrojAI's rule) and its ``status`` says why.
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import math
 import os
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,11 +66,25 @@ def parse_result_text(text: str) -> tuple[float, str, str]:
 
 
 def read_result_file(path: Path) -> tuple[float, str, str]:
-    """Read a detector's result file (missing, non-UTF-8 and garbage contents all score 0.5)."""
-    if not path.is_file():
-        return DEFAULT_P, "missing", "detector wrote no result file"
+    """Read a detector's result file (missing, non-UTF-8 and garbage contents all score 0.5).
+
+    Only a regular file is read, never through a link and at most 4 KiB of it: a sandboxed detector could
+    otherwise point its result file at a file only the harness can read and have its first bytes quoted back
+    in the reason."""
     try:
-        text = path.read_bytes()[:4096].decode("utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return DEFAULT_P, "missing", "detector wrote no result file"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return DEFAULT_P, "unparsable", "result file is a link; write the number into the file itself"
+        return DEFAULT_P, "missing", f"result file cannot be read ({exc.strerror})"
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return DEFAULT_P, "unparsable", "result file is not a regular file"
+        data = fh.read(4096)
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         return DEFAULT_P, "unparsable", "result file is not UTF-8 text"
     return parse_result_text(text)
