@@ -180,7 +180,10 @@ def test_bad_input_fails_before_any_model_runs(zoo: Path, tmp_path: Path) -> Non
     (empty / "models").mkdir(parents=True)
     with pytest.raises(LayoutError, match="no model folders"):
         evaluate(empty, tmp_path / "e", detector="constant", progress=False)
-    assert not (tmp_path / "a" / "results.csv").exists()
+    with pytest.raises(ConfigError, match="--workers"):
+        evaluate(zoo, tmp_path / "f" / "run", detector="constant", workers=0, progress=False)
+    for refused in ("a", "b", "c", "d", "e", "f"):  # a refused call creates no output folder
+        assert not (tmp_path / refused).exists(), refused
 
 
 def test_random_baseline_is_reproducible(zoo: Path, tmp_path: Path) -> None:
@@ -326,3 +329,79 @@ def test_in_model_copy_runs_command_where_trojai_detectors_expect(tmp_path: Path
     assert plain.scores["n_failed"] == 2  # without the option ./model/ is not there
     with pytest.raises(ConfigError, match="--in-model-copy applies to --command only"):
         evaluate(zoo, tmp_path / "run-det", detector="oracle", in_model_copy=True, progress=False)
+
+
+def test_a_second_evaluate_on_one_out_fails_at_once(tmp_path: Path) -> None:
+    import threading
+
+    zoo = make_zoo(tmp_path / "zoo", n=2)
+    out = tmp_path / "run"
+    release = tmp_path / "release"
+    waiter = tmp_path / "wait.py"
+    waiter.write_text(f"import os, sys, time\nwhile not os.path.exists({str(release)!r}):\n    time.sleep(0.05)\n"
+                      "r = sys.argv[sys.argv.index('--result_filepath') + 1]\nopen(r, 'w').write('0.6')\n")
+    command = [sys.executable, str(waiter)]
+    first = threading.Thread(target=evaluate, args=(zoo, out), kwargs={"command": command, "progress": False})
+    first.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (out / "logs").is_dir():  # the first run is scoring
+            time.sleep(0.05)
+        with pytest.raises(ConfigError) as refused:  # (without the lock it would run the waiter to its limit)
+            evaluate(zoo, out, command=command, time_limit_s=5, progress=False)
+        assert str(refused.value) == (f"another evaluate is writing {out} (pid {os.getpid()}); wait for it or "
+                                      "choose another --out")
+    finally:
+        release.touch()
+        first.join(timeout=60)
+    rows = pd.read_csv(out / "results.csv")
+    assert sorted(rows["model_name"]) == ["id-00000000", "id-00000001"]  # each model once
+    res = evaluate(zoo, out, command=command, progress=False)  # the lock went with the first run
+    assert (res.results["probability"] == 0.6).all()
+
+
+def test_a_models_first_row_is_its_answer_on_resume(tmp_path: Path) -> None:
+    zoo = make_zoo(tmp_path / "zoo", n=2)
+    out = tmp_path / "run"
+    evaluate(zoo, out, detector="constant", progress=False)
+    with open(out / "results.csv", "a") as fh:  # as two runs at once once wrote: a second row for one model
+        fh.write("id-00000000,0.9,ok,,0.0100\n")
+    res = evaluate(zoo, out, detector="constant", progress=False)
+    assert list(res.results["probability"]) == [0.5, 0.5]
+
+
+def test_run_json_records_the_zoo_it_scored(tmp_path: Path) -> None:
+    from trojanscope.scoring.results import zoo_sha256
+
+    zoo = make_zoo(tmp_path / "zoo", n=3)
+    evaluate(zoo, tmp_path / "run", detector="constant", progress=False)
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    hashes = {d.name: hashlib.sha256((d / "model.pt").read_bytes()).hexdigest() for d in list_model_dirs(zoo)}
+    assert run["zoo"] == str(zoo.resolve()) and run["model_sha256"] == hashes
+    assert run["zoo_sha256"] == zoo_sha256(hashes) == hashlib.sha256(
+        "".join(f"{n} {h}\n" for n, h in sorted(hashes.items())).encode()).hexdigest()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and signals as on Linux")
+def test_ctrl_c_in_evaluate_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    zoo = make_zoo(tmp_path / "zoo", n=3)
+    out = tmp_path / "run"
+    paths = [str(Path(__file__).parent), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    proc = subprocess.Popen([sys.executable, "-m", "trojanscope.cli", "evaluate", "--zoo", str(zoo), "--out", str(out),
+                             "--detector", "faulty_detectors:Hang", "--workers", "2", "--no-progress"], env=env,
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list(tmp_path.glob("**/workers.log")):
+            time.sleep(0.1)
+        time.sleep(3.0)  # the workers have loaded the detector and hang on their first models
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group, workers included
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == ["interrupted; rerun the same command to resume"], err
+    assert "Traceback" not in (out / "logs" / "workers.log").read_text()
+    assert len(pd.read_csv(out / "results.csv")) == 0  # no model was scored as a crash on the way out

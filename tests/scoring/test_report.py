@@ -112,8 +112,8 @@ def test_cli_score_and_its_bad_inputs(run_dir: Path, zoo: Path, tmp_path: Path) 
     assert code == 0 and '"cross_entropy"' in out
     dup = tmp_path / "dup.csv"
     dup.write_text("model_name,probability\nid-00000000,0.2\nid-00000000,0.3\n")
-    code, out = _cli("score", "--results", str(dup), "--zoo", str(zoo))
-    assert code != 0 and "duplicate model ids id-00000000" in out
+    code, out = _cli("score", "--results", str(dup), "--zoo", str(zoo), "--json")
+    assert code == 0 and "more than one row for 1 model(s) (id-00000000); each model's first row counted" in out
     unknown = tmp_path / "unknown.csv"
     unknown.write_text("model_name,probability\nid-99999999,0.2\n")
     code, out = _cli("score", "--results", str(unknown), "--zoo", str(zoo))
@@ -232,3 +232,55 @@ def test_fit_rows_split_shape_and_feature_notes_apart() -> None:
     assert table.loc[("fit domain", "seen shape"), "n"] == 3 and table.loc[("fit domain", "unseen shape"), "n"] == 2
     assert table.loc[("fit features", "typical features"), "n"] == 3
     assert table.loc[("fit features", "features outside fit"), "n"] == 2
+
+
+def _rotated_copy(zoo: Path, dest: Path) -> Path:
+    """Another zoo with the same model names and labels (as a test split beside a train split): each model file is
+    its neighbour's."""
+    import shutil
+
+    shutil.copytree(zoo, dest)
+    dirs = sorted((dest / "models").iterdir())
+    files = [(d / "model.pt").read_bytes() for d in dirs]
+    for d, data in zip(dirs, files[1:] + files[:1], strict=True):
+        (d / "model.pt").write_bytes(data)
+    return dest
+
+
+def test_score_and_report_refuse_another_zoo_with_the_same_names(zoo: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    evaluate(zoo, run, detector="random", progress=False)
+    other = _rotated_copy(zoo, tmp_path / "other-zoo")
+    code, out = _cli("score", "--results", str(run / "results.csv"), "--zoo", str(other))
+    assert code != 0 and f"{run} was scored on zoo {zoo.resolve()} (sha256 " in out
+    assert f"12 of its 12 models differ in {other}" in out
+    code, out = _cli("report", str(run), "--zoo", str(other))
+    assert code != 0 and f"12 models differ in {other}" in out and not (run / "report.html").exists()
+    code, out = _cli("score", "--results", str(run / "results.csv"), "--zoo", str(zoo), "--json")
+    assert code == 0 and "note:" not in out  # its own zoo, under any path, is accepted without a note
+    copy = tmp_path / "same-zoo"
+    __import__("shutil").copytree(zoo, copy)
+    code, out = _cli("report", str(run), "--zoo", str(copy))
+    assert code == 0 and "note:" not in out
+
+
+def test_a_run_recorded_before_zoo_hashes_is_read_with_a_note(zoo: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    evaluate(zoo, run, detector="random", progress=False)
+    record = json.loads((run / "run.json").read_text())
+    del record["zoo_sha256"]
+    (run / "run.json").write_text(json.dumps(record))
+    other = _rotated_copy(zoo, tmp_path / "other-zoo")
+    code, out = _cli("score", "--results", str(run / "results.csv"), "--zoo", str(other), "--json")
+    assert code == 0 and f"note: {run} records no zoo hash" in out
+
+
+def test_report_reads_a_models_first_row(zoo: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    evaluate(zoo, run, detector="constant", progress=False)
+    with open(run / "results.csv", "a") as fh:
+        fh.write("id-00000001,0.99,ok,,0.0100\n")
+    code, out = _cli("report", str(run))
+    assert code == 0 and "each model's first row counted" in out, out
+    assert json.loads((run / "scores.json").read_text())["cross_entropy"] == pytest.approx(math.log(2))
+    assert "0.6931" in (run / "report.md").read_text()  # the constant's 0.5 everywhere, not the appended 0.99

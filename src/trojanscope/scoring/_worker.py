@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import time
 from typing import Any
 
@@ -48,6 +49,9 @@ def worker_main(conn: Any, detector: str, params: str | None, env: dict[str, str
     ``("ok", probability, seconds, warnings)`` or ``("crash", reason, seconds, "")``, where ``warnings``
     joins the detector's warnings for that model (e.g. out of its fit domain) with "; ".
     """
+    # Ctrl-C reaches the whole process group; the harness ends its workers itself. A worker that took it would
+    # score the model in hand as a crash (the except below) and write a traceback into the log.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)  # detector chatter goes to the worker log, not the harness's terminal
     os.dup2(fd, 2)

@@ -75,7 +75,9 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
                  "--embedding_filepath --cls_token_is_first] appended and must write one number to the result "
                  "file). Answers are appended to OUT/results.csv as they arrive: rerun the same command to resume "
                  "(models already answered are kept, failures included: add --retry-failed to re-run those). "
-                 "Writes OUT/scores.json and OUT/run.json; `trojanscope report OUT` makes the HTML report.\n\n"
+                 "Writes OUT/scores.json and OUT/run.json (the settings and the zoo's hash); `trojanscope report "
+                 "OUT` makes the HTML report. One evaluate writes an OUT at a time: a second one on the same OUT "
+                 "stops at once.\n\n"
                  + _SCORES_HELP)
     def evaluate(
         zoo_dir: Path = typer.Option(..., "--zoo", help="Zoo folder (from `trojanscope zoo make`, or TrojAI layout)."),
@@ -118,17 +120,24 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
             os.environ["RAY_ADDRESS"] = ray_address
         models = list_model_dirs(zoo_dir)[:first] if first else None
         limits = ResourceLimits(memory_bytes=int(memory_gb * 2**30)) if memory_gb else None
-        result = run_evaluate(zoo_dir, out, detector=detector, params=params, command=command, workers=workers,
-                              time_limit_s=time_limit, models=models, limits=limits, seed=seed, progress=progress,
-                              retry_failed=retry_failed, executor=executor, in_model_copy=in_model_copy)
+        try:
+            result = run_evaluate(zoo_dir, out, detector=detector, params=params, command=command, workers=workers,
+                                  time_limit_s=time_limit, models=models, limits=limits, seed=seed,
+                                  progress=progress, retry_failed=retry_failed, executor=executor,
+                                  in_model_copy=in_model_copy)
+        except KeyboardInterrupt:
+            typer.echo("interrupted; rerun the same command to resume", err=True)
+            raise typer.Exit(130) from None
         print_scores(result.scores, f"{detector or command} on {zoo_dir}")
         typer.echo(f"results: {out / 'results.csv'}   report: trojanscope report {out}")
         _require_scored(result.scores, str(zoo_dir))
 
     @app.command(help="Score a results file against a zoo's ground truth, without running anything.\n\n"
-                 "The file needs columns model_name (model folder names) and probability; one row per model. "
-                 "Zoo models without a row count as p = 0.5 (TrojAI's rule for a missing answer); duplicate or "
-                 "unknown ids are an error (usually the wrong zoo).\n\n" + _SCORES_HELP)
+                 "The file needs columns model_name (model folder names) and probability; one row per model (a "
+                 "model with several rows is answered by its first, as evaluate and report read it, with a note). "
+                 "Zoo models without a row count as p = 0.5 (TrojAI's rule for a missing answer); unknown ids are "
+                 "an error (usually the wrong zoo). A results.csv in a run folder of `trojanscope evaluate` is "
+                 "scored only against the zoo that run scored (run.json keeps its hash).\n\n" + _SCORES_HELP)
     def score(
         results: Path = typer.Option(..., "--results", help="CSV with model_name,probability (e.g. results.csv)."),
         zoo_dir: Path = typer.Option(..., "--zoo", help="Zoo whose ground_truth.csv files the ids refer to."),
@@ -137,9 +146,23 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         import json
 
         from trojanscope.scoring.harness import scores_for
-        from trojanscope.scoring.results import align_with_zoo, read_results_csv
+        from trojanscope.scoring.results import (
+            align_with_zoo,
+            check_scored_zoo,
+            duplicates_note,
+            read_results_csv,
+            run_record,
+            unchecked_zoo_note,
+        )
 
-        frame, _ = align_with_zoo(read_results_csv(results), zoo_dir)
+        table = read_results_csv(results)
+        run = run_record(results.parent) if results.name == "results.csv" else {}  # a run folder's own file
+        if zoo_dir.is_dir():  # a missing zoo is align_with_zoo's to report
+            check_scored_zoo(run, zoo_dir, results.parent)
+        frame, _ = align_with_zoo(table, zoo_dir)
+        for note in (unchecked_zoo_note(run, zoo_dir, results.parent), duplicates_note(table, results)):
+            if note:
+                typer.echo(note, err=True)
         scores = scores_for(frame)
         if as_json:
             typer.echo(json.dumps(scores, indent=2, default=str))
@@ -155,15 +178,21 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
                  "class, cross-entropy vs trojan prevalence (1–99%, 10 resamples each, against the base-rate and "
                  "target curves), cross-entropy per METADATA factor level (architecture, embedding, trigger type, "
                  "condition, organisation, fraction, adversarial training, source dataset, converged) and every "
-                 "failed answer with its reason. " + METRIC_HELP["cross_entropy"])
+                 "failed answer with its reason. A --zoo other than the one the run scored (run.json keeps its "
+                 "hash) is refused. " + METRIC_HELP["cross_entropy"])
     def report(
         run_dir: Path = typer.Argument(..., help="Run folder holding results.csv (and run.json)."),
         zoo_dir: Path | None = typer.Option(None, "--zoo", help="Zoo folder; default: the one in run.json."),
     ) -> None:
         from trojanscope.scoring.harness import scores_for
         from trojanscope.scoring.report import command_text, load_run, write_report
+        from trojanscope.scoring.results import duplicates_note, read_results_csv, unchecked_zoo_note
 
         html, md = write_report(run_dir, zoo_dir)
         frame, run, zoo_path = load_run(run_dir, zoo_dir)
+        for note in (unchecked_zoo_note(run, zoo_path, run_dir),
+                     duplicates_note(read_results_csv(run_dir / "results.csv"), run_dir / "results.csv")):
+            if note:
+                typer.echo(note, err=True)
         print_scores(scores_for(frame), f"{run.get('detector') or command_text(run) or run_dir} on {zoo_path}")
         typer.echo(f"wrote {html} and {md}")

@@ -5,7 +5,8 @@ concrete detector. Models run in an order shuffled by ``seed`` from neutral copi
 is appended to ``<out>/results.csv`` as it arrives, so rerunning the same call after an
 interruption scores only the models still missing (and any model whose ``model.pt`` changed since it
 was scored: ``run.json`` records each model file's sha256). At the end it writes ``scores.json``
-(metrics over the models with ground truth) and ``run.json`` (the settings, for the report).
+(metrics over the models with ground truth) and ``run.json`` (the settings and the zoo's hash, for the
+report and ``score``). One run writes a folder at a time (a lock file in it).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,7 +34,7 @@ from trojanscope.models.layout import MODEL_FILE, list_model_dirs
 from trojanscope.provenance import provenance
 from trojanscope.scoring._worker import load_detector_spec
 from trojanscope.scoring.metrics import score_all
-from trojanscope.scoring.results import Outcome, ResultsLog, ground_truth_table
+from trojanscope.scoring.results import Outcome, ResultsLog, ground_truth_table, zoo_sha256
 from trojanscope.scoring.runner import InProcessRunner, ResourceLimits, SubprocessRunner, Task
 
 __all__ = ["EvaluationResult", "ResourceLimits", "evaluate", "scores_for"]
@@ -66,9 +67,13 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
     (``./model/model.pt``, ``./model/config.json``, as TrojAI-era detectors expect) and the zoo root first
     on ``PYTHONPATH`` (its ``model_factories.py``); relative paths in ``command`` that name existing files
     are then made absolute from ``cwd``.
+
+    Every argument is checked before ``out`` is created. One run per ``out`` at a time: a second call fails at
+    once (an exclusive lock on ``out/.evaluate.lock`` held for the whole run). ``run.json`` records the zoo
+    (``zoo``, and ``zoo_sha256`` over its model names and model files) so its results are never scored against
+    another zoo.
     """
-    zoo = Path(zoo)
-    out = check_writable_dir(out)
+    zoo, out = Path(zoo), Path(out)
     if (detector is None) == (command is None):
         raise ConfigError("give exactly one of --detector NAME or --command \"CMD\"")
     if workers < 1:
@@ -89,80 +94,112 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
                 for a in argv]
     if detector is not None:
         _check_detector(detector, params)
-
     settings = {"zoo": str(zoo.resolve()), "detector": detector, "params": str(params) if params else None,
                 "params_sha256": file_sha256(params) if params else None, "command": argv, "seed": seed}
-    previous = _previous_run(out)
-    _check_same_run(out, previous, settings)
-    log = ResultsLog(out / "results.csv")
-    names = [d.name for d in model_dirs]
-    hashes = {d.name: file_sha256(d / MODEL_FILE) for d in model_dirs}
-    recorded = previous.get("model_sha256")
-    recorded = recorded if isinstance(recorded, dict) else {}  # runs made before hashes were recorded: {}
-    # A model rebuilt in place under the same name is a new model: its old score must not be kept.
-    stale = {n for n in names if n in log.rows and recorded.get(n, hashes[n]) != hashes[n]}
-    if stale:
-        log.drop(stale)
-    if retry_failed:  # the user says these failures were not the detector's: score those models again
-        log.drop({n for n in names if n in log.rows and log.rows[n].status != "ok"})
-    todo = [Task(d.name, d) for d in model_dirs if d.name not in log.rows]
-    random.Random(seed).shuffle(todo)
+    out = check_writable_dir(out)  # only once every argument is checked: a refused call leaves no folder
+    with _one_run_per_folder(out):
+        previous = _previous_run(out)
+        _check_same_run(out, previous, settings)
+        log = ResultsLog(out / "results.csv")
+        names = [d.name for d in model_dirs]
+        hashes = {d.name: file_sha256(d / MODEL_FILE) for d in model_dirs}
+        recorded = previous.get("model_sha256")
+        recorded = recorded if isinstance(recorded, dict) else {}  # runs made before hashes were recorded: {}
+        # A model rebuilt in place under the same name is a new model: its old score must not be kept.
+        stale = {n for n in names if n in log.rows and recorded.get(n, hashes[n]) != hashes[n]}
+        if stale:
+            log.drop(stale)
+        if retry_failed:  # the user says these failures were not the detector's: score those models again
+            log.drop({n for n in names if n in log.rows and log.rows[n].status != "ok"})
+        todo = [Task(d.name, d) for d in model_dirs if d.name not in log.rows]
+        random.Random(seed).shuffle(todo)
 
-    started = datetime.now(UTC).isoformat(timespec="seconds")
-    model_hashes = {**recorded, **hashes}  # a stale row is gone from results.csv, so it reruns whatever happens
-    covered = _covered_models(out, previous, names if models is not None else None)
-    run_info = {**settings, "workers": workers, "time_limit_s": time_limit_s, "n_models": len(names),
-                "models": covered, "cwd": str(cwd) if cwd else None, "in_model_copy": in_model_copy,
-                "limits": limits.__dict__ if limits else None, "env_keys": sorted(env) if env else [],
-                "started": started, "finished": None, "python": sys.version.split()[0],
-                "platform": platform.platform(), "cpus": os.cpu_count(), "model_sha256": model_hashes,
-                **_params_used(detector, params), **provenance()}
-    atomic_write_json(out / "run.json", run_info)  # written first so a resumed run can be checked against it
-    t0 = time.perf_counter()
-    if todo:
-        _prepare_embedding_cache(env)
-        (out / "logs").mkdir(exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix="trojanscope-eval-"))
-        bar = _progress_bar(len(names), len(names) - len(todo), detector or (argv or [""])[0], progress)
-        failures = 0
+        started = datetime.now(UTC).isoformat(timespec="seconds")
+        model_hashes = {**recorded, **hashes}  # a stale row is gone from results.csv: it reruns whatever happens
+        covered = _covered_models(out, previous, names if models is not None else None)
+        run_info = {**settings, "workers": workers, "time_limit_s": time_limit_s, "n_models": len(names),
+                    "models": covered, "cwd": str(cwd) if cwd else None, "in_model_copy": in_model_copy,
+                    "limits": limits.__dict__ if limits else None, "env_keys": sorted(env) if env else [],
+                    "started": started, "finished": None, "python": sys.version.split()[0],
+                    "platform": platform.platform(), "cpus": os.cpu_count(), "model_sha256": model_hashes,
+                    "zoo_sha256": zoo_sha256(model_hashes), **_params_used(detector, params), **provenance()}
+        atomic_write_json(out / "run.json", run_info)  # written first: a resumed run is checked against it
+        t0 = time.perf_counter()
+        if todo:
+            _prepare_embedding_cache(env)
+            (out / "logs").mkdir(exist_ok=True)
+            scratch = Path(tempfile.mkdtemp(prefix="trojanscope-eval-"))
+            bar = _progress_bar(len(names), len(names) - len(todo), detector or (argv or [""])[0], progress)
+            failures = 0
 
-        def on_outcome(outcome: Outcome) -> None:
-            nonlocal failures
-            log.append(outcome)
-            failures += outcome.status != "ok"
-            if bar is not None:
-                bar.set_postfix_str(f"failed {failures}", refresh=False)
-                bar.update(1)
+            def on_outcome(outcome: Outcome) -> None:
+                nonlocal failures
+                log.append(outcome)
+                failures += outcome.status != "ok"
+                if bar is not None:
+                    bar.set_postfix_str(f"failed {failures}", refresh=False)
+                    bar.update(1)
 
+            try:
+                if argv is not None:
+                    runner: Any = SubprocessRunner(argv, zoo=zoo, scratch=scratch, log_dir=out / "logs",
+                                                   workers=workers, time_limit_s=time_limit_s, limits=limits,
+                                                   env=env, cwd=Path(cwd) if cwd else None,
+                                                   in_model_copy=in_model_copy)
+                elif executor == "ray":
+                    from trojanscope.scoring.ray_runner import RayRunner
+
+                    runner = RayRunner(detector, str(params) if params else None, zoo=zoo, scratch=scratch,
+                                       workers=workers, time_limit_s=time_limit_s, env=env)
+                else:
+                    runner = InProcessRunner(detector, str(params) if params else None, zoo=zoo, scratch=scratch,
+                                             log_dir=out / "logs", workers=workers, time_limit_s=time_limit_s,
+                                             env=env)
+                runner.run(todo, on_outcome)
+            finally:
+                if bar is not None:
+                    bar.close()
+                shutil.rmtree(scratch, ignore_errors=True)
+        wall = time.perf_counter() - t0
+
+        results = log.frame(names)
+        truth = ground_truth_table(model_dirs)
+        results["ground_truth"] = pd.array([truth[n] for n in results["model_name"]], dtype="Int64")
+        scores = scores_for(results)
+        atomic_write_json(out / "scores.json", scores)
+        atomic_write_json(out / "run.json", {**run_info,
+                                             "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+                                             "wall_seconds_this_session": round(wall, 3),
+                                             "models_run_this_session": len(todo)})
+        return EvaluationResult(out=out, results=results, scores=scores)
+
+
+LOCK_FILE = ".evaluate.lock"
+
+
+@contextlib.contextmanager
+def _one_run_per_folder(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``out`` for a whole run: two runs on one folder would score models twice.
+
+    A second run fails at once, naming the first one's process id (kept in the lock file while it runs)."""
+    import fcntl
+
+    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
         try:
-            if argv is not None:
-                runner: Any = SubprocessRunner(argv, zoo=zoo, scratch=scratch, log_dir=out / "logs", workers=workers,
-                                               time_limit_s=time_limit_s, limits=limits, env=env,
-                                               cwd=Path(cwd) if cwd else None, in_model_copy=in_model_copy)
-            elif executor == "ray":
-                from trojanscope.scoring.ray_runner import RayRunner
-
-                runner = RayRunner(detector, str(params) if params else None, zoo=zoo, scratch=scratch,
-                                   workers=workers, time_limit_s=time_limit_s, env=env)
-            else:
-                runner = InProcessRunner(detector, str(params) if params else None, zoo=zoo, scratch=scratch,
-                                         log_dir=out / "logs", workers=workers, time_limit_s=time_limit_s, env=env)
-            runner.run(todo, on_outcome)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise ConfigError(f"another evaluate is writing {out} (pid {holder}); wait for it or choose another "
+                              "--out") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        try:
+            yield
         finally:
-            if bar is not None:
-                bar.close()
-            shutil.rmtree(scratch, ignore_errors=True)
-    wall = time.perf_counter() - t0
-
-    results = log.frame(names)
-    truth = ground_truth_table(model_dirs)
-    results["ground_truth"] = pd.array([truth[n] for n in results["model_name"]], dtype="Int64")
-    scores = scores_for(results)
-    atomic_write_json(out / "scores.json", scores)
-    atomic_write_json(out / "run.json", {**run_info, "finished": datetime.now(UTC).isoformat(timespec="seconds"),
-                                         "wall_seconds_this_session": round(wall, 3),
-                                         "models_run_this_session": len(todo)})
-    return EvaluationResult(out=out, results=results, scores=scores)
+            os.ftruncate(fd, 0)  # no stale pid is left for a later reader
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _prepare_embedding_cache(env: Mapping[str, str] | None) -> None:

@@ -10,7 +10,6 @@ Works for any results file in the harness's format.
 from __future__ import annotations
 
 import base64
-import json
 import math
 import shlex
 from pathlib import Path
@@ -24,21 +23,23 @@ from trojanscope.scoring import plots
 from trojanscope.scoring._template import HTML_TEMPLATE, METRIC_HELP
 from trojanscope.scoring.breakdown import factor_table, prevalence_sweep, read_factor_metadata
 from trojanscope.scoring.harness import scores_for
-from trojanscope.scoring.results import align_with_zoo, read_results_csv
+from trojanscope.scoring.results import align_with_zoo, check_scored_zoo, read_results_csv, run_record
 
 SMALL_N = 20  # below this many scored models the report warns that its intervals mean little
 
 
 def load_run(run_dir: Path | str, zoo: Path | str | None = None) -> tuple[pd.DataFrame, dict[str, Any], Path]:
-    """(per-model frame joined with ground truth, run.json settings, zoo path) for a run folder."""
+    """(per-model frame joined with ground truth, run.json settings, zoo path) for a run folder; refuses a zoo
+    other than the one the run scored (``check_scored_zoo``)."""
     run_dir = Path(run_dir)
     results_path = run_dir / "results.csv"
     if not results_path.is_file():
         raise LayoutError(f"{run_dir}: no results.csv; run `trojanscope evaluate --out {run_dir}` first")
-    run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").is_file() else {}
+    run = run_record(run_dir)
     zoo_path = Path(zoo) if zoo is not None else Path(run["zoo"]) if run.get("zoo") else None
     if zoo_path is None or not zoo_path.is_dir():
         raise LayoutError(f"{run_dir}: zoo {zoo_path} not found; pass --zoo with the zoo these results are for")
+    check_scored_zoo(run, zoo_path, run_dir)
     results = read_results_csv(results_path)
     model_dirs = None
     if run.get("models"):

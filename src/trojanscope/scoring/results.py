@@ -3,26 +3,35 @@
 ``results.csv`` has one row per model: ``model_name, probability, status, reason, seconds``.
 Rows are appended (and fsynced) as answers arrive, so an interrupted run keeps everything it
 finished; a half-written last line is dropped on resume. Any answer that is not a finite number
-in [0, 1] is replaced by p = 0.5 (TrojAI's rule) and its ``status`` says why.
+in [0, 1] is replaced by p = 0.5 (TrojAI's rule) and its ``status`` says why. A model named in more
+than one row is answered by its first row wherever the file is read (evaluate, score, report and the
+leaderboard's worker alike): the first answer recorded is the one kept.
+
+A run's ``run.json`` records the zoo it scored (``zoo``, ``zoo_sha256``); ``check_scored_zoo`` refuses
+to score its results against another zoo.
 """
 
 from __future__ import annotations
 
 import csv
 import errno
+import hashlib
 import io
+import json
 import math
 import os
 import stat
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from trojanscope.errors import DataError, LayoutError
-from trojanscope.fsutil import atomic_write_text
-from trojanscope.models.layout import list_model_dirs, read_ground_truth
+from trojanscope.fsutil import atomic_write_text, file_sha256
+from trojanscope.models.layout import MODEL_FILE, list_model_dirs, models_root, read_ground_truth
 from trojanscope.scoring._worker import one_line
 
 RESULT_COLUMNS = ("model_name", "probability", "status", "reason", "seconds")
@@ -111,9 +120,9 @@ class ResultsLog:
             raise DataError(f"{self.path}: not a harness results.csv (columns {reader.fieldnames}); "
                             "choose another --out or delete the file")
         rows: dict[str, Outcome] = {}
-        for rec in reader:
-            rows[rec["model_name"]] = Outcome(rec["model_name"], float(rec["probability"]), rec["status"],
-                                              rec["reason"], float(rec["seconds"] or 0.0))
+        for rec in reader:  # a model's first row is its answer, as everywhere results.csv is read
+            rows.setdefault(rec["model_name"], Outcome(rec["model_name"], float(rec["probability"]), rec["status"],
+                                                       rec["reason"], float(rec["seconds"] or 0.0)))
         return rows
 
     @staticmethod
@@ -155,10 +164,12 @@ def ground_truth_table(model_dirs: list[Path]) -> dict[str, int | None]:
 
 
 def read_results_csv(path: Path | str) -> pd.DataFrame:
-    """A results file from any source: needs ``model_name`` and ``probability`` columns, unique names.
+    """A results file from any source: needs ``model_name`` and ``probability`` columns.
 
-    Extra columns are kept. A probability that is not a finite number in [0, 1] becomes 0.5 with
-    its status recorded, exactly as the harness treats a live answer.
+    A model named in several rows is answered by its first row (the rule every reader of results.csv
+    follows); the names that had more rows are in ``frame.attrs["duplicates"]``. Extra columns are kept. A
+    probability that is not a finite number in [0, 1] becomes 0.5 with its status recorded, exactly as the
+    harness treats a live answer.
     """
     path = Path(path)
     if not path.is_file():
@@ -170,10 +181,10 @@ def read_results_csv(path: Path | str) -> pd.DataFrame:
     missing = [c for c in ("model_name", "probability") if c not in df.columns]
     if missing:
         raise DataError(f"{path}: missing column(s) {', '.join(missing)}; expected model_name,probability")
-    dup = sorted(df.loc[df["model_name"].duplicated(), "model_name"].unique())
-    if dup:
-        raise DataError(f"{path}: duplicate model ids {', '.join(dup[:5])}{' …' if len(dup) > 5 else ''}; "
-                        "keep one row per model")
+    repeated = df["model_name"].duplicated(keep="first")
+    duplicates = sorted(df.loc[repeated, "model_name"].unique())
+    df = df[~repeated].reset_index(drop=True)
+    df.attrs["duplicates"] = duplicates
     checked = [check_probability(v) for v in df["probability"]]
     if "status" not in df.columns:
         df["status"] = [s for _, s, _ in checked]
@@ -184,6 +195,67 @@ def read_results_csv(path: Path | str) -> pd.DataFrame:
                         for (_, s, r), old in zip(checked, df.get("reason", ""), strict=True)]
     df["probability"] = [p for p, _, _ in checked]
     return df
+
+
+def duplicates_note(results: pd.DataFrame, path: Path | str) -> str | None:
+    """One line naming the models a results file answered more than once (their first row counted), else None."""
+    dup = results.attrs.get("duplicates") or []
+    if not dup:
+        return None
+    return (f"note: {path} has more than one row for {len(dup)} model(s) ({', '.join(dup[:5])}"
+            f"{' …' if len(dup) > 5 else ''}); each model's first row counted")
+
+
+def zoo_sha256(model_sha256: Mapping[str, str]) -> str:
+    """One hash of a zoo as a run saw it: sha256 over the sorted model names, each with its model file's sha256."""
+    digest = hashlib.sha256()
+    for name in sorted(model_sha256):
+        digest.update(f"{name} {model_sha256[name]}\n".encode())
+    return digest.hexdigest()
+
+
+def run_record(run_dir: Path | str) -> dict[str, Any]:
+    """``run.json`` of a run folder ({} when there is none: a results file from elsewhere)."""
+    path = Path(run_dir) / "run.json"
+    if not path.is_file():
+        return {}
+    try:
+        run = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path}: unreadable run record ({one_line(exc, 100)}); rerun `trojanscope evaluate` "
+                        "into this folder to rewrite it") from None
+    if not isinstance(run, dict):
+        raise DataError(f"{path}: not a run record (expected a JSON object)")
+    return run
+
+
+def unchecked_zoo_note(run: Mapping[str, Any], zoo: Path | str, where: Path | str) -> str | None:
+    """One line when a run record predates zoo hashes, so ``check_scored_zoo`` had nothing to check; else None."""
+    if not run or (run.get("zoo_sha256") and isinstance(run.get("model_sha256"), dict)):
+        return None
+    return (f"note: {where} records no zoo hash (written by an older trojanscope, or not by evaluate); not checked "
+            f"that {zoo} is the zoo it scored")
+
+
+def check_scored_zoo(run: Mapping[str, Any], zoo: Path | str, where: Path | str) -> None:
+    """Refuse to score a run's results against a zoo other than the one it ran on.
+
+    Every zoo names its models id-00000000…, so names alone cannot tell a train zoo from a test zoo: the
+    run's ``zoo_sha256`` (over its models' names and ``model_sha256``) is recomputed from ``zoo``'s files.
+    A run recorded without one (an older run.json) is accepted (``unchecked_zoo_note`` says so).
+    """
+    recorded, models = run.get("zoo_sha256"), run.get("model_sha256")
+    if not recorded or not isinstance(models, dict):
+        return
+    root = models_root(zoo)
+    seen = {n: file_sha256(root / n / MODEL_FILE) if (root / n / MODEL_FILE).is_file() else "absent"
+            for n in models}
+    actual = zoo_sha256(seen)
+    if actual != recorded:
+        differ = sum(seen[n] != models[n] for n in models)
+        raise DataError(f"{where} was scored on zoo {run.get('zoo')} (sha256 {recorded[:12]}…) but {differ} of its "
+                        f"{len(models)} models differ in {zoo} (sha256 {actual[:12]}…); score it against the zoo "
+                        f"it ran on, or evaluate {zoo} into another --out")
 
 
 def align_with_zoo(results: pd.DataFrame, zoo: Path | str,
