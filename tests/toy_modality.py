@@ -75,8 +75,8 @@ class TabularRounds:
             for p in model.parameters():
                 p.copy_(torch.randn_like(p) * (5.0 if poisoned else 1.0))  # a "trojan" the toy family can see
         name = f"id-{index:08d}"
-        metadata = {"model_name": name, "poisoned": poisoned, "converged": True, "model_architecture": "Linear",
-                    "features": preset.features}
+        metadata = {"model_name": name, "poisoned": poisoned, "split": split, "converged": True,
+                    "model_architecture": "Linear", "features": preset.features}
         with atomic_dir(models_dir / name) as tmp:
             save_head(model, spec, tmp / "model.pt")
             config = {"modality": NAME, "model_architecture": "Linear", "number_classes": preset.n_classes,

@@ -58,3 +58,34 @@ def test_workers_die_with_a_killed_parent(tmp_path) -> None:
         time.sleep(0.1)
     os.kill(worker, signal.SIGKILL)
     pytest.fail("the worker outlived its killed parent")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and signals as on Linux")
+def test_ctrl_c_stops_the_pool_without_running_the_queued_items(tmp_path) -> None:
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys, time
+        from trojanscope.rounds.executor import ProcessExecutor
+        def nap(i):
+            open({str(tmp_path)!r} + f"/started-{{i}}", "w").close()
+            time.sleep(60)
+        if __name__ == "__main__":
+            try:
+                for _ in ProcessExecutor(2).run(nap, range(6)):
+                    pass
+            except KeyboardInterrupt:
+                sys.exit(130)
+    """))
+    parent = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, start_new_session=True,
+                              stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(tmp_path.glob("started-*"))) < 2:
+        time.sleep(0.1)
+    try:
+        os.killpg(parent.pid, signal.SIGINT)  # Ctrl-C: the whole foreground process group
+        _, err = parent.communicate(timeout=20)  # before: the workers went on through the queue, a minute each
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+    assert parent.returncode == 130 and "Traceback" not in err, err
+    assert len(list(tmp_path.glob("started-*"))) == 2  # nothing queued was started after the interrupt

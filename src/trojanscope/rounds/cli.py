@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+INTERRUPTED = "interrupted; rerun the same command to resume"
+
 
 def register(app: typer.Typer, zoo: typer.Typer) -> None:
     # Long because each nested function is one CLI command (typer needs them registered here); each is short.
@@ -42,7 +44,9 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         """Generate a round of clean and trojaned classifiers in TrojAI's on-disk layout.
 
         Each model is built in a temp folder and renamed into place when complete, so an interrupted
-        run never leaves a partial model; re-running finishes the missing ones. A model that misses the
+        run never leaves a partial model; re-running finishes the missing ones (Ctrl-C: exit 130). OUT keeps
+        its preset and split: resuming it with another is refused. A first call that fails before any model
+        is built leaves no OUT behind. A model that misses the
         preset's bars after its attempts is moved to OUT/failed/ and replaced by a fresh draw of the same
         factor cell (OUT/replacements.log), so the release holds converged models only (--keep-failed: not).
         Text presets (round5-cpu, round6-cpu, dynasent-cpu, round5) train heads on a frozen encoder's
@@ -61,20 +65,24 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         if ray_address:
             os.environ["RAY_ADDRESS"] = ray_address
 
-        result = make_zoo(
-            preset,
-            split,
-            count,
-            out,
-            workers=workers,
-            data_root=data_root,
-            cache_path=cache,
-            executor=executor,
-            progress=not quiet,
-            on_encode=None if quiet else _say_encoding,
-            keep_failed=keep_failed,
-            first_index=first_index,
-        )
+        try:
+            result = make_zoo(
+                preset,
+                split,
+                count,
+                out,
+                workers=workers,
+                data_root=data_root,
+                cache_path=cache,
+                executor=executor,
+                progress=not quiet,
+                on_encode=None if quiet else _say_encoding,
+                keep_failed=keep_failed,
+                first_index=first_index,
+            )
+        except KeyboardInterrupt:
+            typer.echo(INTERRUPTED, err=True)
+            raise typer.Exit(130) from None
         if not quiet:
             typer.echo(f"{len(result.built)} models built, {result.skipped} already present in {out}")
             print_summary(out)

@@ -45,7 +45,12 @@ def die_with_parent() -> None:
 
 
 def _init_worker(init: Callable[..., None] | None, init_args: tuple) -> None:
+    import signal
+
     die_with_parent()
+    # Ctrl-C reaches the whole process group: the parent stops the pool (ProcessExecutor.run); a worker that took
+    # it itself would hand KeyboardInterrupt back as one build's result and go on with the next build.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if init is not None:
         init(*init_args)
 
@@ -62,11 +67,22 @@ class ProcessExecutor:
         with ProcessPoolExecutor(
             self.workers, mp_context=ctx, initializer=_init_worker, initargs=(self.init, self.init_args)
         ) as pool:
-            pending = {pool.submit(fn, item) for item in items}
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    yield fut.result()
+            try:
+                pending = {pool.submit(fn, item) for item in items}
+                while pending:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        yield fut.result()
+            except (KeyboardInterrupt, GeneratorExit):  # interrupted, or the caller stopped reading: stop now,
+                _stop(pool)                               # not after every queued build has run
+                raise
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel the queued items and end the running ones (an unfinished item leaves at most a temp folder)."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        proc.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 _RAY_READY: set[str] = set()  # per Ray worker process: the init tokens already run there

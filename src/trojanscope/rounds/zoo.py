@@ -10,6 +10,7 @@ leftovers are deleted and redone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Callable
@@ -93,15 +94,47 @@ def retire_failed(out: Path, name: str, draw: int, metadata: dict[str, Any]) -> 
         fh.write(line + "\n")
 
 
-def _check_preset_snapshot(out: Path, raw: str) -> None:
+def _check_resume(out: Path, raw: str, split: str) -> None:
+    """A resumed zoo keeps its preset and its split: a zoo holding train models must not quietly count as a test
+    zoo (every split names its models id-00000000…, so nothing downstream could tell them apart)."""
     snap = out / "preset.toml"
-    if snap.exists() and snap.read_text(encoding="utf-8") != raw:
+    if snap.is_file() and snap.read_text(encoding="utf-8") != raw:
         raise ConfigError(
             f"{snap}: this zoo was made with a different preset (or version); resume it with --preset {snap}, "
             "or use a new --out folder"
         )
-    if not snap.exists():
-        atomic_write_text(snap, raw)
+    if not (out / "models").is_dir():
+        return
+    for d in [*list_model_dirs(out), *sorted((out / FAILED_DIR).glob("id-*"))]:
+        held = _stats(d).get("split")
+        if held is not None and held != split:
+            raise ConfigError(f"{out} holds {held}-split models ({d.name}); resume it with --split {held}, "
+                              f"or use a new --out folder for the {split} split")
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (what creating ``path`` would add), or None."""
+    missing = None
+    for p in [path, *path.parents]:
+        if p.exists():
+            break
+        missing = p
+    return missing
+
+
+def _undo_new_zoo(out: Path, created: Path | None) -> None:
+    """After a failed call into a new (or empty) folder that built no model: remove what the call wrote, so no
+    preset.toml and empty models/ are left looking like a zoo."""
+    if (out / FAILED_DIR).exists() or ((out / "models").is_dir() and list_model_dirs(out)):
+        return
+    if created is not None:
+        shutil.rmtree(created, ignore_errors=True)
+        return
+    for child in out.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
 
 
 def make_zoo(
@@ -147,10 +180,30 @@ def make_zoo(
                           f"got {first_index}")
     indices = range(first_index, first_index + count)
     root = resolve_data_root(data_root)
+    out = Path(out)
+    _check_resume(out, raw, split)
+    created = _first_missing(out)
+    fresh = created is not None or (out.is_dir() and not any(out.iterdir()))
     out = check_writable_dir(out)
+    try:
+        return _make(preset, raw, split, indices, out, root, workers=workers, cache_path=cache_path,
+                     executor=executor, progress=progress, on_model=on_model, on_encode=on_encode,
+                     keep_failed=keep_failed)
+    except BaseException:
+        if fresh:
+            _undo_new_zoo(out, created)
+        raise
+
+
+def _make(preset: AnyPreset, raw: str, split: str, indices: range, out: Path, root: Path, *, workers: int,
+          cache_path: Path | str | None, executor: str, progress: bool,
+          on_model: Callable[[BuildOutcome], None] | None, on_encode: Callable[[int, str, Path], None] | None,
+          keep_failed: bool) -> ZooResult:
+    """make_zoo's work once its arguments are checked and ``out`` exists."""
     models_dir = out / "models"
     models_dir.mkdir(exist_ok=True)
-    _check_preset_snapshot(out, raw)
+    if not (out / "preset.toml").exists():
+        atomic_write_text(out / "preset.toml", raw)
     for leftover in models_dir.glob(".tmp-*"):
         shutil.rmtree(leftover, ignore_errors=True)
     done = set()
@@ -160,7 +213,7 @@ def make_zoo(
         elif model_index(d.name) in indices:  # left by a run that stopped before replacing it
             retire_failed(out, d.name, next_draw(out, d.name), _stats(d))
     todo = [(i, split, keep_failed) for i in indices if f"id-{i:08d}" not in done]
-    result = ZooResult(out=out, skipped=count - len(todo))
+    result = ZooResult(out=out, skipped=len(indices) - len(todo))
 
     if todo:
         modality = round_modality(preset.modality, f"preset {preset.name}")
@@ -184,14 +237,16 @@ def _converged(model_dir: Path) -> bool:
 
 def _run(ex, todo, result: ZooResult, out: Path, preset: AnyPreset, split: str, progress: bool, on_model) -> None:
     bar = _progress(len(todo), f"{preset.name} {split}", progress)
-    for outcome in ex.run(_build_one, todo):
-        result.built.append(outcome)
-        write_metadata(out)  # kept current, so an interrupted zoo is still inspectable
-        if on_model:
-            on_model(outcome)
-        bar.update(1)
-        bar.set_postfix(converged=sum(o.metadata.get("converged") is True for o in result.built))
-    bar.close()
+    # closing: an exception here (Ctrl-C included) stops the builds still running, and the bar is done before
+    # the caller's last line
+    with bar, contextlib.closing(ex.run(_build_one, todo)) as outcomes:
+        for outcome in outcomes:
+            result.built.append(outcome)
+            write_metadata(out)  # kept current, so an interrupted zoo is still inspectable
+            if on_model:
+                on_model(outcome)
+            bar.update(1)
+            bar.set_postfix(converged=sum(o.metadata.get("converged") is True for o in result.built))
 
 
 def _progress(total: int, desc: str, enabled: bool):
