@@ -69,3 +69,9 @@ def test_corpora_lists_the_image_sets_too(data_root: Path) -> None:
     scenes = sum(1 for p in (data_root / "backgrounds").rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
     assert f"total {signs} signs" in out and f"total {scenes} images" in out, out
 
+
+
+def test_version() -> None:
+    from trojanscope import __version__
+
+    assert _run("--version") == f"trojanscope {__version__}\n"

@@ -40,6 +40,7 @@ def build_app() -> typer.Typer:
         add_completion=False,
         rich_markup_mode=HELP_MARKUP,
     )
+    app.callback()(_main_options)
     zoo = typer.Typer(help="Generate, inspect, check and export rounds (model zoos).", no_args_is_help=True,
                       rich_markup_mode=HELP_MARKUP)
     app.add_typer(zoo, name="zoo")
@@ -52,6 +53,21 @@ def build_app() -> typer.Typer:
             continue
         module.register(app, zoo)
     return app
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from trojanscope import __version__
+
+        typer.echo(f"trojanscope {__version__}")
+        raise typer.Exit()
+
+
+def _main_options(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """Options of `trojanscope` itself (the commands have their own)."""
 
 
 def main(argv: list[str] | None = None) -> None:

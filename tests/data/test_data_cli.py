@@ -39,3 +39,22 @@ def test_corpora_help_lists_example() -> None:
 def test_corpora_list_without_reading(tmp_path: Path, names: list[str]) -> None:
     result = CliRunner().invoke(_app(), ["corpora", *names, "--data-root", str(tmp_path)])  # empty root: no reads
     assert result.exit_code == 0 and "sst2" in result.output
+
+
+def test_corpora_count_lists_what_it_finds_and_marks_the_missing(data_root: Path, tmp_path: Path) -> None:
+    from trojanscope.data import CORPORA, SIGN_FAMILIES
+
+    total = len(CORPORA.names()) + len(SIGN_FAMILIES) + 1  # text corpora, sign sets, backgrounds
+    (tmp_path / "uci_sentences").symlink_to(data_root / "uci_sentences")  # a data folder holding one corpus
+    result = CliRunner().invoke(_app(), ["corpora", "--count", "--data-root", str(tmp_path)])
+    assert result.exit_code == 0, result.output  # listing everything, a partial folder is not an error
+    assert "uci:yelp" in result.output and "total 3,000; after dedupe 2,979" in result.output
+    assert f"missing: {tmp_path / 'sst' / 'train.txt'}: not found" in result.output  # where it was looked for
+    assert f"missing: {tmp_path / 'backgrounds'}: background folder not found" in result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith(f"found 1 of {total} data sets in {tmp_path}; missing: amazon, blitzer, ") and "sst2" in last
+    named = CliRunner().invoke(_app(), ["corpora", "--count", "sst", "uci", "--data-root", str(tmp_path)])
+    assert named.exit_code == 1 and "uci:yelp" in named.output  # a data set asked for by name is missing
+    assert named.output.strip().splitlines()[-1] == f"found 1 of 2 data sets in {tmp_path}; missing: sst"
+    none = CliRunner().invoke(_app(), ["corpora", "--count", "--data-root", str(tmp_path / "uci_sentences")])
+    assert none.exit_code == 1 and f"found 0 of {total}" in none.output

@@ -80,3 +80,17 @@ def test_mean_pooled_zoo_warns_once(tiny_zoo: Path, capsys) -> None:
         code, out = _run(capsys, str(tiny_zoo))
         assert code == 0 and ("mean-pooled" in out) == (rule == "mean")
     assert code == 0 and out.count("mean-pooled summary vector") == 1 and "round5-cpu-cls" in out
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "no-models"])
+def test_a_folder_without_models_is_one_line(tmp_path: Path, capsys, kind: str) -> None:
+    folder = tmp_path / "zoo"
+    if kind != "missing":
+        folder.mkdir()
+    if kind == "no-models":
+        (folder / "models").mkdir()
+        (folder / "METADATA.csv").write_text("model_name\n")
+    code, out = _run(capsys, str(folder))
+    lines = out.strip().splitlines()
+    assert code == 1 and len(lines) == 1 and lines[0].startswith(f"error: {folder}: "), out
+    assert ("no such folder" if kind == "missing" else "holds no model folders") in lines[0]

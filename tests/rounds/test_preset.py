@@ -65,3 +65,20 @@ def test_pair_fraction_out_of_range_is_named(tmp_path, preset_text) -> None:
     path.write_text(preset_text(**{r"pair_fraction = \[[^\]]*\]": "pair_fraction = [1.5]"}))
     with pytest.raises(ConfigError, match=r"bad\.toml: triggers\.pair_fraction\.0"):
         load_preset(path)
+
+
+def test_presets_lists_current_versions_and_all_lists_the_superseded() -> None:
+    from typer.testing import CliRunner
+
+    from trojanscope.cli import build_app
+    from trojanscope.rounds.preset import PRESETS, load_preset
+
+    superseded = [n for n in PRESETS.names() if "@" in n]
+    assert superseded  # earlier versions ship, e.g. round5-cpu@4
+    current = CliRunner().invoke(build_app(), ["zoo", "presets"])
+    listed = [line.split()[0] for line in current.output.splitlines()]
+    assert current.exit_code == 0 and "round5-cpu" in listed and not [n for n in listed if "@" in n]
+    every = CliRunner().invoke(build_app(), ["zoo", "presets", "--all"])
+    assert every.exit_code == 0 and [line.split()[0] for line in every.output.splitlines()] == PRESETS.names()
+    for name in superseded:  # still loadable by NAME@N
+        assert load_preset(name)[0].name == name.split("@")[0]

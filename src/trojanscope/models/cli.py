@@ -21,14 +21,19 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         keys (model_architecture, number_classes, embedding, embedding_flavor, cls_token_is_first), an
         examples folder (clean_example_data, example_data or clean-example-data) has an example for every
         class, and the model's output width equals number_classes. Per zoo: METADATA.csv exists and has
-        exactly one row per model folder.
+        exactly one row per model folder. A folder that does not exist or holds no model folders is one error
+        line (exit 1).
         """
         from rich.console import Console
         from rich.table import Table
 
         from trojanscope.models.check import check_zoo, mean_pooling_warning
 
-        names, problems = check_zoo(zoo_dir)
+        names, problems = check_zoo(zoo_dir) if zoo_dir.is_dir() else ([], [])
+        if not names:  # nothing to tabulate: one line, not a table ending in "0 of 0 model folders"
+            typer.echo(f"error: {zoo_dir}: " + ("holds no model folders (models/id-*/); is this a zoo?"
+                                                if zoo_dir.is_dir() else "no such folder; give a zoo folder"), err=True)
+            raise typer.Exit(1)
         console = Console()
         warning = mean_pooling_warning(zoo_dir)
         if warning:

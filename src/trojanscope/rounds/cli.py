@@ -136,11 +136,14 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         print_audit(result)
 
     @zoo.command("presets")
-    def presets() -> None:
-        """List the registered round presets with their descriptions."""
+    def presets(
+        show_all: bool = typer.Option(False, "--all", help="Also list the superseded versions (NAME@VERSION), which "
+                                      "still load by that name."),
+    ) -> None:
+        """List the current round presets with their descriptions (--all: earlier versions too)."""
         from trojanscope.rounds.preset import PRESETS, load_preset
 
-        names = PRESETS.names()
+        names = [n for n in PRESETS.names() if show_all or "@" not in n]
         width = max(len(n) for n in names)
         for name in names:
             p, _ = load_preset(name)
