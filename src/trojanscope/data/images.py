@@ -110,8 +110,8 @@ def load_backgrounds(root: Path | str) -> list[tuple[str, np.ndarray]]:
     """
     folder = Path(root) / "backgrounds"
     if not folder.is_dir():
-        raise DataError(f"{folder}: background folder not found; set TROJANSCOPE_DATA to the data root holding "
-                        "backgrounds/")
+        raise DataError(f"{folder}: background folder not found; download it with `trojanscope corpora fetch "
+                        "backgrounds`, or set TROJANSCOPE_DATA to the data root holding backgrounds/")
     paths = sorted(
         (p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()
          and not p.name.startswith(".")),

@@ -25,8 +25,8 @@ UCI_DIR = "uci_sentences"
 
 SPLITS = ("train", "dev", "test")
 
-# What belongs at each path, for the "not found" message.
-EXPECT = {
+# What belongs at each path, for the "not found" message (which also names the command that downloads it).
+EXPECT = {name: f"{what} (or download it with `trojanscope corpora fetch {name}`)" for name, what in {
     "imdb": "the aclImdb v1 tarball (aclImdb_v1.tar.gz) from ai.stanford.edu/~amaas/data/sentiment/",
     "amazon": "Amazon Review Data 2018 5-core files (e.g. All_Beauty_5.json.gz) from nijianmo.github.io/amazon",
     "blitzer": "sorted_data_acl.tar.gz (Multi-Domain Sentiment Dataset) from cs.jhu.edu/~mdredze/datasets/sentiment/",
@@ -35,7 +35,7 @@ EXPECT = {
     "sst2": "a GLUE SST-2 file with header 'sentence<TAB>label' (gluebenchmark.com)",
     "uci": "Sentiment Labelled Sentences (amazon_cells_labelled.txt, imdb_labelled.txt, yelp_labelled.txt) "
     "from archive.ics.uci.edu",
-}
+}.items()}
 DYNASENT_LABELS = {"negative": 0, "neutral": 1, "positive": 2}
 
 
