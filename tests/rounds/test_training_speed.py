@@ -1,0 +1,72 @@
+"""The zero-state GRU path of ``train_head`` gives nn.GRU's bits: outputs, gradients and trained weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from trojanscope.models.architectures import HeadSpec
+from trojanscope.rounds import training
+from trojanscope.rounds.training import Adversarial, _zero_state_gru, train_head, zero_state_heads
+
+
+def _head(arch: str = "GruLinear", bidirectional: bool = True, n_layers: int = 2, dropout: float = 0.25,
+          hidden: int = 64):
+    torch.manual_seed(3)
+    return HeadSpec(architecture=arch, input_size=24, output_size=2, hidden_size=hidden, dropout=dropout,
+                    bidirectional=bidirectional, n_layers=n_layers).build()
+
+
+@pytest.mark.parametrize(("bidirectional", "n_layers"), [(True, 2), (False, 2), (True, 1), (False, 3)])
+def test_zero_state_gru_matches_nn_gru_forward_and_gradients(bidirectional: bool, n_layers: int) -> None:
+    a = _head(bidirectional=bidirectional, n_layers=n_layers)
+    b = _head(bidirectional=bidirectional, n_layers=n_layers)
+    x = torch.randn(32, 1, 24)
+    a.train()
+    b.train()
+    torch.manual_seed(7)
+    _, ha = a.rnn(x)
+    torch.manual_seed(7)  # the inter-layer dropout draws the same mask
+    hb = _zero_state_gru(b.rnn, x)
+    assert torch.equal(ha, hb)
+    (ha * torch.arange(ha.numel()).reshape(ha.shape)).sum().backward()
+    (hb * torch.arange(hb.numel()).reshape(hb.shape)).sum().backward()
+    for (name, pa), pb in zip(a.rnn.named_parameters(), b.rnn.parameters(), strict=True):
+        if "weight_hh" in name:
+            assert pb.grad is None and not pa.grad.any()  # exactly zero through nn.GRU
+        else:
+            assert torch.equal(pa.grad, pb.grad), name
+
+
+@pytest.mark.parametrize("algorithm", ["none", "fbf", "pgd"])
+def test_train_head_gru_is_bit_identical_with_and_without_the_fast_path(monkeypatch, algorithm: str) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 24)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    adv = Adversarial(algorithm=algorithm, ratio=0.5, eps=0.05, iterations=3 if algorithm == "pgd" else 1)
+    states, histories = [], []
+    for fast in (False, True):
+        monkeypatch.setattr(training, "FAST_GRU", fast)
+        model = _head()
+        torch.manual_seed(11)  # build_model seeds the global generator (dropout) before training
+        res = train_head(model, x[:200], y[:200], x[200:250], y[200:250], x[250:], y[250:], lr=1e-3, batch_size=16,
+                         max_epochs=3, min_epochs=1, patience=2, min_delta=0.0, early_stopping="none",
+                         adversarial=adv, seed=5)
+        states.append(model.state_dict())
+        histories.append(res.history)
+        assert "forward" not in vars(model)  # the fast path is gone after training
+    assert histories[0] == histories[1]
+    for key in states[0]:
+        assert torch.equal(states[0][key], states[1][key]), key
+
+
+def test_other_heads_and_inputs_keep_their_own_forward() -> None:
+    for model in (_head("LstmLinear"), _head(hidden=48)):  # an LSTM; a width whose gates round differently in ATen
+        with zero_state_heads(model):
+            assert "forward" not in vars(model)
+    gru = _head()
+    gru.eval()
+    x = torch.randn(5, 3, 24)  # several time steps: nn.GRU's own path
+    with zero_state_heads(gru):
+        assert torch.equal(gru(x), type(gru).forward(gru, x))
