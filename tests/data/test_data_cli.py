@@ -51,10 +51,12 @@ def test_corpora_count_lists_what_it_finds_and_marks_the_missing(data_root: Path
     assert "uci:yelp" in result.output and "total 3,000; after dedupe 2,979" in result.output
     assert f"missing: {tmp_path / 'sst' / 'train.txt'}: not found" in result.output  # where it was looked for
     assert f"missing: {tmp_path / 'backgrounds'}: background folder not found" in result.output
-    last = result.output.strip().splitlines()[-1]
+    *_, last, hint = result.output.strip().splitlines()
     assert last.startswith(f"found 1 of {total} data sets in {tmp_path}; missing: amazon, blitzer, ") and "sst2" in last
+    assert hint == (f"download the missing ones with: trojanscope corpora fetch amazon blitzer dynasent imdb sst sst2 "
+                    f"backgrounds --to {tmp_path}")  # the sign sets have no upstream download
     named = CliRunner().invoke(_app(), ["corpora", "--count", "sst", "uci", "--data-root", str(tmp_path)])
     assert named.exit_code == 1 and "uci:yelp" in named.output  # a data set asked for by name is missing
-    assert named.output.strip().splitlines()[-1] == f"found 1 of 2 data sets in {tmp_path}; missing: sst"
+    assert named.output.strip().splitlines()[-2] == f"found 1 of 2 data sets in {tmp_path}; missing: sst"
     none = CliRunner().invoke(_app(), ["corpora", "--count", "--data-root", str(tmp_path / "uci_sentences")])
     assert none.exit_code == 1 and f"found 0 of {total}" in none.output

@@ -70,9 +70,8 @@ def _fetch_command(markup: Any) -> click.Command:
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars (on a terminal)."),
     ) -> None:
         from trojanscope.data.fetch import fetch as run_fetch
-        from trojanscope.settings import data_root_target
-
         from trojanscope.data.sources import NO_UPSTREAM
+        from trojanscope.settings import data_root_target
 
         root = data_root_target(to)
         run_fetch(names or None, root, force=force, progress=progress, echo=typer.echo)

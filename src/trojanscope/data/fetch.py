@@ -81,9 +81,13 @@ def _total_from_content_range(value: str | None) -> int | None:
 
 
 def _open(url: str, offset: int) -> urllib.response.addinfourl:
-    from trojanscope import __version__
+    from importlib.metadata import PackageNotFoundError, version
 
-    request = urllib.request.Request(url, headers={"User-Agent": f"trojanscope/{__version__} (corpora fetch)"})
+    try:
+        agent = f"trojanscope/{version('trojanscope')}"
+    except PackageNotFoundError:  # a source checkout on sys.path, not installed
+        agent = "trojanscope"
+    request = urllib.request.Request(url, headers={"User-Agent": f"{agent} (corpora fetch)"})
     if offset:
         request.add_header("Range", f"bytes={offset}-")
     return urllib.request.urlopen(request, timeout=TIMEOUT_S)  # noqa: S310 - http(s) URLs from the source table
