@@ -11,6 +11,7 @@ import torch
 from trojanscope.encoders import EmbeddingCache
 from trojanscope.models import load_model
 from trojanscope.models.layout import REDUCED_CONFIG_KEYS, list_model_dirs, read_ground_truth
+from trojanscope.rounds.writer import embedding_csv_name
 
 pytestmark = pytest.mark.slow
 
@@ -20,13 +21,12 @@ MODEL_FILES = [
     "ground_truth.csv",
     "clean-example-accuracy.csv",
     "clean-example-logits.csv",
-    "clean-example-cls-embedding.csv",
     "model_stats.json",
     "model_detailed_stats.csv",
     "log.txt",
     "machine.log",
 ]
-POISONED_FILES = ["poisoned-example-accuracy.csv", "poisoned-example-logits.csv", "poisoned-example-cls-embedding.csv"]
+POISONED_FILES = ["poisoned-example-accuracy.csv", "poisoned-example-logits.csv"]
 
 
 def test_layout_file_by_file(tiny_zoo) -> None:
@@ -38,11 +38,16 @@ def test_layout_file_by_file(tiny_zoo) -> None:
     assert list(meta["model_name"]) == [d.name for d in dirs]
     for d, (_, row) in zip(dirs, meta.iterrows(), strict=True):
         poisoned = bool(row["poisoned"])
-        for f in MODEL_FILES + (POISONED_FILES if poisoned else []):
+        cfg = json.loads((d / "config.json").read_text())
+        # the summary vectors' file is named by the rule that made them (TrojAI's "cls" for first-token)
+        embeddings = [embedding_csv_name(p, cfg["summary_rule"]) for p in ("clean", "poisoned")]
+        assert embeddings[0] == ("clean-example-cls-embedding.csv" if cfg["summary_rule"] == "first"
+                                 else f"clean-example-{cfg['summary_rule']}-embedding.csv")
+        for f in MODEL_FILES + embeddings[:1] + (POISONED_FILES + embeddings[1:] if poisoned else []):
             assert (d / f).is_file(), f"{d.name}/{f}"
+        assert not (cfg["summary_rule"] != "first" and (d / "clean-example-cls-embedding.csv").exists())
         assert (d / "poisoned_example_data").is_dir() == poisoned
         assert read_ground_truth(d) == int(poisoned)
-        cfg = json.loads((d / "config.json").read_text())
         # train split: the full config, a superset of the reduced keys (no embeddings/*.pt file is shipped)
         assert set(REDUCED_CONFIG_KEYS) - {"embedding_filename"} <= set(cfg)
         assert cfg["poisoned"] == poisoned
@@ -69,7 +74,7 @@ def test_layout_file_by_file(tiny_zoo) -> None:
             "triggered_val_loss",
         ]
         model = load_model(d / "model.pt")
-        emb = pd.read_csv(d / "clean-example-cls-embedding.csv")
+        emb = pd.read_csv(d / embeddings[0])
         logits = pd.read_csv(d / "clean-example-logits.csv")
         x = torch.tensor(emb.drop(columns="file").to_numpy(), dtype=torch.float32)[:, None, :]
         with torch.no_grad():

@@ -339,7 +339,19 @@ class Encoder:
 
         # A pickle of a model on a GPU names that device and would not load on a CPU-only machine.
         model = self._model if self.device == "cpu" else copy.deepcopy(self._model).to("cpu")
-        for obj, path in ((self._tokenizer, tokenizer_path), (model, embedding_path)):
+        # The tokenizer as the round uses it: its window is the config's embedding_max_length (not the model's
+        # 512), and its name is the encoder's id, not the folder it was loaded from on the builder's machine.
+        tokenizer = copy.deepcopy(self._tokenizer)
+        name = Path(self.flavor).name if Path(self.flavor).is_absolute() else self.flavor
+        tokenizer.name_or_path = name
+        tokenizer.model_max_length = self.max_length
+        tokenizer.init_kwargs.update({"name_or_path": name, "model_max_length": self.max_length})
+        if "max_length" in tokenizer.init_kwargs:
+            tokenizer.init_kwargs["max_length"] = self.max_length
+        for key, value in list(tokenizer.init_kwargs.items()):  # vocab_file & co: the file's name, not its folder
+            if isinstance(value, str) and Path(value).is_absolute():
+                tokenizer.init_kwargs[key] = Path(value).name
+        for obj, path in ((tokenizer, tokenizer_path), (model, embedding_path)):
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             torch.save(obj, path)
 

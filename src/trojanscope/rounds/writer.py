@@ -66,7 +66,14 @@ def _select_examples(
     return [(c, texts[i]) for c, i in pick_examples(preds, labels, classes, k, rng)]
 
 
-def _write_examples(folder: Path, items: list[tuple[str, str, int]], model, vec, prefix: str, root: Path) -> float:
+def embedding_csv_name(prefix: str, summary_rule: str) -> str:
+    """``{prefix}-example-cls-embedding.csv`` (TrojAI's name, for first-token summaries), else the rule's own name
+    (``mean``, ``last``): the file says which summary vector it holds."""
+    return f"{prefix}-example-{'cls' if summary_rule == 'first' else summary_rule}-embedding.csv"
+
+
+def _write_examples(folder: Path, items: list[tuple[str, str, int]], model, vec, prefix: str, root: Path,
+                    summary_rule: str) -> float:
     """Write example texts and their accuracy/logits/embedding CSVs; returns the example accuracy."""
     folder.mkdir(parents=True, exist_ok=True)
     for name, text, _ in items:
@@ -79,7 +86,7 @@ def _write_examples(folder: Path, items: list[tuple[str, str, int]], model, vec,
     acc = write_prediction_csvs(root, prefix, names, labels, predict_logits(model, x))
     emb = pd.DataFrame(x, columns=[f"e{i}" for i in range(x.shape[1])])
     emb.insert(0, "file", names)
-    emb.to_csv(root / f"{prefix}-example-cls-embedding.csv", index=False, float_format="%.7g")
+    emb.to_csv(root / embedding_csv_name(prefix, summary_rule), index=False, float_format="%.7g")
     return acc
 
 
@@ -131,7 +138,7 @@ def write_model_folder(
     for c, text in clean:
         items.append((f"class_{c}_example_{counters.get(c, 1)}.txt", text, c))  # numbered from 1, as NIST's
         counters[c] = counters.get(c, 1) + 1
-    clean_acc = _write_examples(root / "clean_example_data", items, model, vec, "clean", root)
+    clean_acc = _write_examples(root / "clean_example_data", items, model, vec, "clean", root, encoder.summary_rule)
     poisoned_acc = None
     if plan.poisoned:
         items = []
@@ -145,7 +152,8 @@ def write_model_folder(
                 )
                 for i, (_, t) in enumerate(chosen, start=1)
             ]
-        poisoned_acc = _write_examples(root / "poisoned_example_data", items, model, vec, "poisoned", root)
+        poisoned_acc = _write_examples(root / "poisoned_example_data", items, model, vec, "poisoned", root,
+                                       encoder.summary_rule)
     outcome = {**outcome, "clean_example_acc": clean_acc, "poisoned_example_acc": poisoned_acc}
     if preset.acceptance.examples_correct and (clean_acc < 1 or (poisoned_acc is not None and poisoned_acc < 1)):
         outcome["converged"] = False

@@ -209,7 +209,9 @@ class SubprocessRunner:
                  time_limit_s: float = 600.0, limits: ResourceLimits | None = None,
                  env: Mapping[str, str] | None = None, cwd: Path | None = None,
                  in_model_copy: bool = False) -> None:
-        self.argv, self.zoo, self.scratch, self.log_dir = list(argv), zoo, scratch, log_dir
+        # absolute: the tokenizer/embedding paths handed to the detector must resolve from any working directory
+        # (--in-model-copy runs it inside each model's copy)
+        self.argv, self.zoo, self.scratch, self.log_dir = list(argv), Path(zoo).resolve(), scratch, log_dir
         self.workers, self.time_limit_s, self.limits, self.cwd = max(1, workers), time_limit_s, limits, cwd
         self.env = {**os.environ, **dict(env or {})}
         # TrojAI-era detectors read ./model/config.json and import model_factories: run each in its copy,
