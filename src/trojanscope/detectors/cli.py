@@ -25,6 +25,19 @@ _CONTRACT_HELP = (
 )
 
 
+_EXPLAIN_HELP = (
+    "Say what a model's trojan is: the verdict (a detector's P(trojaned)), the target class, the source class and "
+    "a trigger that works, with its attack success -- the fraction of the given clean examples of the source "
+    "class it flips to the target when inserted as its own unit before a sentence (at every position).\n\n"
+    "Candidates are the scan family's generic words, phrases and punctuation, ranked by how the head answers "
+    "their mean shift of the encoder's summary vector, then the best are inserted into the real example texts. "
+    "A clean model may have a natural trigger; the strongest one is reported either way and the verdict says "
+    "which the probability favours. Text models.\n\n"
+    "Example:\n\n"
+    "  trojanscope explain --model_filepath M/model.pt --examples_dirpath M/clean_example_data --json"
+)
+
+
 def register(app: typer.Typer, zoo: typer.Typer) -> None:
     # Long because each nested function is one CLI command (typer needs them registered here); each is short.
     # plain Click help, as for every command: types shown only where a value is taken (see trojanscope.cli)
@@ -62,6 +75,10 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         learned_parameters_dirpath: Path = typer.Option(
             None, "--learned_parameters_dirpath", help="Configure mode writes NAME.json here; otherwise the "
             "parameters are read from here (default: the detector's shipped parameters)."),
+        explain: bool = typer.Option(
+            False, "--explain", help="Also write RESULT.explanation.json beside --result_filepath: the target "
+            "class, the source class and trigger candidates with their attack success (see `trojanscope "
+            "explain --help`; text models)."),
     ) -> None:
         if ctx.invoked_subcommand is not None:
             return
@@ -91,9 +108,34 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
             model_filepath, result_filepath, examples_dirpath=examples_dirpath, scratch_dirpath=scratch_dirpath,
             tokenizer_filepath=tokenizer_filepath, embedding_filepath=embedding_filepath,
             cls_token_is_first=cls_token_is_first, detector=detector, params=params,
-            learned_parameters_dirpath=learned_parameters_dirpath,
+            learned_parameters_dirpath=learned_parameters_dirpath, explain=explain,
         )
         typer.echo(f"{p:.6f}")
+
+    @app.command("explain", help=_EXPLAIN_HELP)
+    def explain_command(
+        model_filepath: Path = typer.Option(..., "--model_filepath", help="The classifier's model.pt."),
+        examples_dirpath: Path = typer.Option(..., "--examples_dirpath", help="Its clean example texts "
+                                              "class_{c}_example_{k}.txt."),
+        tokenizer_filepath: Path = typer.Option(None, "--tokenizer_filepath", help="Tokenizer file/folder "
+                                                "(optional)."),
+        embedding_filepath: Path = typer.Option(None, "--embedding_filepath", help="Encoder file/folder (optional)."),
+        detector: str = typer.Option("default", "--detector", help="Registered detector that gives the verdict's "
+                                     "probability (see `trojanscope detectors`)."),
+        params: Path = typer.Option(None, "--params", help="Its parameter JSON (default: the shipped ones)."),
+        top_k: int = typer.Option(5, "--top-k", min=1, max=50, help="Trigger candidates to report."),
+        as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout instead of text."),
+    ) -> None:
+        import json
+
+        from trojanscope.detectors.explain import explain_model
+        from trojanscope.detectors.runner import contract_inputs, score_inputs
+
+        inputs = contract_inputs(model_filepath, examples_dirpath=examples_dirpath,
+                                 tokenizer_filepath=tokenizer_filepath, embedding_filepath=embedding_filepath)
+        p = score_inputs(inputs, detector, params=params)
+        answer = explain_model(inputs, p, detector=detector, top_k=top_k)
+        typer.echo(json.dumps(answer.to_json()) if as_json else answer.summary())
 
     @detect.command(help="Fit a detector's parameters on a training zoo and save them as JSON (never a pickle).\n\n"
                     "Only the contract inputs of each model are read, plus its ground_truth.csv label. The "

@@ -25,15 +25,34 @@ def run_contract(
     detector: str = "default",
     params: Path | str | None = None,
     learned_parameters_dirpath: Path | str | None = None,
+    explain: bool = False,
 ) -> float:
     """Score one model and atomically write its probability (one number) to ``result_filepath``.
 
     The reduced config is read from ``config.json`` beside the model file (only the allowed keys).
     Parameters come from ``params``, else from what configure mode wrote to ``learned_parameters_dirpath``,
-    else the detector's shipped ones.
+    else the detector's shipped ones. With ``explain``, the target, source and a trigger that works are also
+    written beside it (``<result_filepath>.explanation.json``, :mod:`trojanscope.detectors.explain`).
     """
-    from trojanscope.detectors import load_detector
     from trojanscope.fsutil import atomic_write_text
+
+    inputs = contract_inputs(model_filepath, examples_dirpath=examples_dirpath, scratch_dirpath=scratch_dirpath,
+                             tokenizer_filepath=tokenizer_filepath, embedding_filepath=embedding_filepath,
+                             cls_token_is_first=cls_token_is_first)
+    p = score_inputs(inputs, detector, params=params, learned_parameters_dirpath=learned_parameters_dirpath)
+    atomic_write_text(result_filepath, f"{p:.6f}\n")
+    if explain:
+        from trojanscope.detectors.explain import explain_model, write_explanation
+
+        write_explanation(result_filepath, explain_model(inputs, p, detector=detector))
+    return p
+
+
+def contract_inputs(model_filepath: Path | str, *, examples_dirpath: Path | str | None = None,
+                    scratch_dirpath: Path | str | None = None, tokenizer_filepath: Path | str | None = None,
+                    embedding_filepath: Path | str | None = None,
+                    cls_token_is_first: bool | None = None) -> ModelInputs:
+    """The :class:`ModelInputs` of TrojAI's command-line arguments (the reduced config read beside the model)."""
     from trojanscope.models.layout import read_config, reduce_config
 
     model_filepath = Path(model_filepath)
@@ -44,7 +63,7 @@ def run_contract(
     config = reduce_config(read_config(model_filepath.parent), model_filepath.parent / "config.json")
     if scratch_dirpath is not None:
         Path(scratch_dirpath).mkdir(parents=True, exist_ok=True)
-    inputs = ModelInputs(
+    return ModelInputs(
         model_filepath=model_filepath,
         examples_dirpath=Path(examples_dirpath) if examples_dirpath else None,
         scratch_dirpath=Path(scratch_dirpath) if scratch_dirpath else None,
@@ -53,23 +72,29 @@ def run_contract(
         embedding_filepath=Path(embedding_filepath) if embedding_filepath else None,
         cls_token_is_first=cls_token_is_first,
     )
+
+
+def score_inputs(inputs: ModelInputs, detector: str = "default", *, params: Path | str | None = None,
+                 learned_parameters_dirpath: Path | str | None = None) -> float:
+    """One model's P(trojaned) from ``detector``; its warnings go to stderr."""
+    from trojanscope.detectors import load_detector
+
     if params is None and learned_parameters_dirpath is not None and _is_learned(detector):
         params = learned_params_file(learned_parameters_dirpath, detector)
         if not params.is_file():
             raise ConfigError(f"{learned_parameters_dirpath}: no {params.name} here; run configure mode first "
                               f"(--configure_mode --configure_models_dirpath DIR --learned_parameters_dirpath "
                               f"{learned_parameters_dirpath}) or leave --learned_parameters_dirpath out")
-    note = encoder_source_note(config, tokenizer_filepath, embedding_filepath)
+    note = encoder_source_note(inputs.config, inputs.tokenizer_filepath, inputs.embedding_filepath)
     if note:
         print(note, file=sys.stderr)
     det = load_detector(detector, None if params is None else str(params))
     answer = det.score(inputs)
     p = float(answer.probability)
     for note in answer.warnings:  # the answer stands; its reader is told what it rests on
-        print(f"warning: {model_filepath}: {note}", file=sys.stderr)
+        print(f"warning: {inputs.model_filepath}: {note}", file=sys.stderr)
     if not (math.isfinite(p) and 0.0 <= p <= 1.0):
         raise ConfigError(f"detector {detector!r} answered {p!r}, not a probability in [0, 1]")
-    atomic_write_text(result_filepath, f"{p:.6f}\n")
     return p
 
 

@@ -86,6 +86,13 @@ together with all clean models. P/C = poisoned/clean counts.</p>
 <td class="num">{{ fmt(r.mean_p_clean, 3) }}</td></tr>
 {% endfor %}</table>{% endif %}
 
+{% if explanations %}<h2>Explanations: target and trigger</h2>
+<p class="sub">Over the models with an explanation (explanations.csv): the target class against the planted one; the
+recovered trigger's attack success on held-out clean texts of its source class (other models' examples, never the
+model's own); a planted trigger among the top candidates. Clean models: their strongest natural trigger.</p>
+<table>{% for label, value in explanations %}<tr><td>{{ label }}</td><td class="num">{{ value }}</td></tr>
+{% endfor %}</table>{% endif %}
+
 <h2>Failures and gaps</h2>
 {% if n_failed_total %}<p>{{ n_failed_total }} answer(s) failed and were scored as p = 0.5
 ({% for k, v in scores.failures.items() %}{{ k }} {{ v }}{% if not loop.last %}, {% endif %}{% endfor %}).</p>

@@ -7,6 +7,7 @@ import importlib
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -73,11 +74,30 @@ def worker_main(conn: Any, detector: str, params: str | None, env: dict[str, str
             return
         t0 = time.perf_counter()
         note = ""
+        explain_to = fields.pop("explain_to", None)
         try:
-            detection = det.score(ModelInputs(**fields))
+            inputs = ModelInputs(**fields)
+            detection = det.score(inputs)
             answer = detection.probability
             note = one_line("; ".join(getattr(detection, "warnings", None) or []))
             reply = ("ok", answer if isinstance(answer, (int, float)) else repr(answer))
+            if explain_to:
+                note = _explain(inputs, answer, detector, explain_to, note)
         except BaseException as exc:  # noqa: BLE001 - a crash scores 0.5; the reason travels back
             reply = ("crash", f"{type(exc).__name__}: {one_line(exc)}")
         conn.send((*reply, time.perf_counter() - t0, note))
+
+
+def _explain(inputs: Any, probability: Any, detector: str, path: str, note: str) -> str:
+    """Write the model's explanation to ``path``; a failure costs the explanation, never the answer."""
+    try:
+        from trojanscope.detectors.explain import explain_model
+        from trojanscope.fsutil import atomic_write_text
+
+        p = float(probability) if isinstance(probability, (int, float)) else None
+        import json
+
+        atomic_write_text(Path(path), json.dumps(explain_model(inputs, p, detector=detector).to_json()) + "\n")
+    except Exception as exc:  # noqa: BLE001 - reported beside the answer
+        return "; ".join(x for x in (note, f"no explanation: {type(exc).__name__}: {one_line(exc, 200)}") if x)
+    return note

@@ -100,6 +100,11 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
                                            "root (its model_factories.py) first on PYTHONPATH."),
         seed: int = typer.Option(0, "--seed", help="Seed of the shuffled run order."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+        explain: bool = typer.Option(False, "--explain", help="With --detector: also explain each model (target, "
+                                     "source, a trigger and its attack success; `trojanscope explain --help`) and "
+                                     "score the explanations as the Trojan Detection Challenge's target and trigger "
+                                     "tracks (scores.json, the report). A --command's own explanation files "
+                                     "(RESULT.explanation.json) are kept and scored without it."),
         retry_failed: bool = typer.Option(False, "--retry-failed", help="Re-run the models an earlier run of OUT "
                                           "recorded as failed (crash, timeout, bad answer) instead of keeping "
                                           "their p = 0.5; for failures that were not the detector's (a full disk, "
@@ -124,7 +129,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
             result = run_evaluate(zoo_dir, out, detector=detector, params=params, command=command, workers=workers,
                                   time_limit_s=time_limit, models=models, limits=limits, seed=seed,
                                   progress=progress, retry_failed=retry_failed, executor=executor,
-                                  in_model_copy=in_model_copy)
+                                  in_model_copy=in_model_copy, explain=explain)
         except KeyboardInterrupt:
             typer.echo("interrupted; rerun the same command to resume", err=True)
             raise typer.Exit(130) from None

@@ -54,7 +54,7 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
              models: Sequence[Path] | None = None, limits: ResourceLimits | None = None,
              env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
              in_model_copy: bool = False, seed: int = 0, progress: bool = True, retry_failed: bool = False,
-             executor: str = "local") -> EvaluationResult:
+             executor: str = "local", explain: bool = False) -> EvaluationResult:
     """Run a detector over ``zoo`` (or the subset ``models``) and score it; resumes an interrupted run.
 
     Exactly one of ``detector`` (a registered name, optionally with a ``params`` file) or
@@ -68,6 +68,10 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
     on ``PYTHONPATH`` (its ``model_factories.py``); relative paths in ``command`` that name existing files
     are then made absolute from ``cwd``.
 
+    Explanations (:mod:`trojanscope.detectors.explain`): a ``command`` that writes one beside its result file has
+    it kept as ``out/explanations/<model>.json``; a registered ``detector`` computes one per model with
+    ``explain`` (local executor). ``scores.json`` then adds the explanation scores (:mod:`.explanations`).
+
     Every argument is checked before ``out`` is created. One run per ``out`` at a time: a second call fails at
     once (an exclusive lock on ``out/.evaluate.lock`` held for the whole run). ``run.json`` records the zoo
     (``zoo``, and ``zoo_sha256`` over its model names and model files) so its results are never scored against
@@ -80,6 +84,9 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
         raise ConfigError(f"--workers must be at least 1, got {workers}")
     if executor not in ("local", "ray"):
         raise ConfigError(f"--executor must be local or ray, got {executor!r}")
+    if explain and (command is not None or executor != "local"):
+        raise ConfigError("--explain computes explanations with a registered --detector on the local executor; a "
+                          "--command's own explanation files are kept without it")
     if executor == "ray" and command is not None:
         raise ConfigError("--executor ray runs registered detectors (--detector); a --command runs on this machine")
     if not time_limit_s > 0:
@@ -120,6 +127,7 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
         run_info = {**settings, "workers": workers, "time_limit_s": time_limit_s, "n_models": len(names),
                     "models": covered, "cwd": str(cwd) if cwd else None, "in_model_copy": in_model_copy,
                     "limits": limits.__dict__ if limits else None, "env_keys": sorted(env) if env else [],
+                    "explain": explain,
                     "started": started, "finished": None, "python": sys.version.split()[0],
                     "platform": platform.platform(), "cpus": os.cpu_count(), "model_sha256": model_hashes,
                     "zoo_sha256": zoo_sha256(model_hashes), **_params_used(detector, params), **provenance()}
@@ -128,6 +136,8 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
         if todo:
             _prepare_embedding_cache(env)
             (out / "logs").mkdir(exist_ok=True)
+            explain_dir = out / "explanations"
+            explain_dir.mkdir(exist_ok=True)
             scratch = Path(tempfile.mkdtemp(prefix="trojanscope-eval-"))
             bar = _progress_bar(len(names), len(names) - len(todo), detector or (argv or [""])[0], progress)
             failures = 0
@@ -145,7 +155,7 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
                     runner: Any = SubprocessRunner(argv, zoo=zoo, scratch=scratch, log_dir=out / "logs",
                                                    workers=workers, time_limit_s=time_limit_s, limits=limits,
                                                    env=env, cwd=Path(cwd) if cwd else None,
-                                                   in_model_copy=in_model_copy)
+                                                   in_model_copy=in_model_copy, explain_dir=explain_dir)
                 elif executor == "ray":
                     from trojanscope.scoring.ray_runner import RayRunner
 
@@ -154,7 +164,7 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
                 else:
                     runner = InProcessRunner(detector, str(params) if params else None, zoo=zoo, scratch=scratch,
                                              log_dir=out / "logs", workers=workers, time_limit_s=time_limit_s,
-                                             env=env)
+                                             env=env, explain_dir=explain_dir if explain else None)
                 runner.run(todo, on_outcome)
             finally:
                 if bar is not None:
@@ -166,6 +176,10 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
         truth = ground_truth_table(model_dirs)
         results["ground_truth"] = pd.array([truth[n] for n in results["model_name"]], dtype="Int64")
         scores = scores_for(results)
+        if (out / "explanations").is_dir() and any((out / "explanations").glob("*.json")):
+            from trojanscope.scoring.explanations import explanation_scores
+
+            scores["explanations"] = explanation_scores(out, model_dirs)
         atomic_write_json(out / "scores.json", scores)
         atomic_write_json(out / "run.json", {**run_info,
                                              "finished": datetime.now(UTC).isoformat(timespec="seconds"),

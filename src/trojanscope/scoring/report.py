@@ -120,14 +120,39 @@ def write_report(run_dir: Path | str, zoo: Path | str | None = None) -> tuple[Pa
         "figures": [(t, cap, _b64(fig.png), f"report-{slug}.svg") for slug, t, cap, fig in figures],
         "factors": factors.to_dict("records"), "failed": failed.head(50).to_dict("records"),
         "n_failed_total": len(failed), "missing_truth": scores["missing_ground_truth"],
+        "explanations": explanation_lines(run_dir),
     }
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     html = env.from_string(HTML_TEMPLATE).render(**context)
     html_path, md_path = run_dir / "report.html", run_dir / "report.md"
     atomic_write_text(html_path, html)
     atomic_write_text(md_path, _markdown(title, run, zoo_path, scores, factors, failed,
-                                         [f"report-{slug}.svg" for slug, *_ in figures]))
+                                         [f"report-{slug}.svg" for slug, *_ in figures], context["explanations"]))
     return html_path, md_path
+
+
+def explanation_lines(run_dir: Path) -> list[tuple[str, str]]:
+    """(label, value) rows of the run's explanation scores (``scores.json``'s ``explanations``), or []."""
+    import json
+
+    try:
+        e = json.loads((Path(run_dir) / "scores.json").read_text()).get("explanations") or {}
+    except (OSError, ValueError, AttributeError):
+        return []
+    if not e.get("n_explained"):
+        return []
+    share = next((v for k, v in e.items() if k.startswith("share_held_out_attack_success_ge_")), None)
+    rows = [("models explained (trojaned)", f"{e['n_explained']} ({e.get('n_trojaned_explained', 0)})"),
+            ("target-label accuracy", _fmt(e.get("target_accuracy"), 3)),
+            ("source-class accuracy (one-to-one triggers)", _fmt(e.get("source_accuracy"), 3)),
+            ("held-out attack success, median", _fmt(e.get("held_out_attack_success_median"), 3)),
+            ("share with held-out attack success >= 0.9", _fmt(share, 3)),
+            ("attack success on the given examples, median", _fmt(e.get("reported_attack_success_median"), 3))]
+    rows += [(f"planted {kind} trigger in the top {e.get('top_k', 5)}", _fmt(v, 3))
+             for kind, v in (e.get("planted_in_top_k") or {}).items()]
+    rows.append(("clean models: natural trigger's held-out attack success, median",
+                 _fmt(e.get("clean_natural_held_out_attack_success_median"), 3)))
+    return rows
 
 
 def provenance_rows(run: dict[str, Any]) -> list[tuple[str, str]]:
@@ -177,7 +202,7 @@ def headline(s: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def _markdown(title: str, run: dict[str, Any], zoo: Path, s: dict[str, Any], factors: pd.DataFrame,
-              failed: pd.DataFrame, svgs: list[str]) -> str:
+              failed: pd.DataFrame, svgs: list[str], expl: list[tuple[str, str]] | None = None) -> str:
     lines = [f"# {title}", "", f"Zoo: `{zoo}`  "]
     lines += [f"{label.capitalize() if label != 'trojanscope' else label}: {value}  " for label, value in
               provenance_rows(run)]
@@ -199,6 +224,9 @@ def _markdown(title: str, run: dict[str, Any], zoo: Path, s: dict[str, Any], fac
         lines += ["", "## Per factor", "", "| factor | level | n (P/C) | CE | AUC |", "|---|---|---|---|---|"]
         lines += [f"| {r.factor} | {r.level} | {r.n} ({r.n_poisoned}/{r.n_clean}) | {_fmt(r.cross_entropy)} | "
                   f"{_fmt(r.roc_auc, 3)} |" for r in factors.itertuples()]
+    if expl:
+        lines += ["", "## Explanations", "", "| figure | value |", "|---|---|"]
+        lines += [f"| {label} | {value} |" for label, value in expl]
     lines += ["", f"Figures and definitions: report.html; the figures as SVG: {', '.join(svgs)}. Per-level "
               "numbers: breakdown.csv; prevalence sweep: prevalence.csv.", ""]
     return "\n".join(lines)

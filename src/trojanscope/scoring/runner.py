@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
 
+from trojanscope.detectors.explain import explanation_path, read_explanation
 from trojanscope.errors import ConfigError
 from trojanscope.scoring._worker import detector_module, one_line, worker_main
 from trojanscope.scoring.neutral import NeutralCopy, contract_args, make_neutral_copy, zoo_assets
@@ -103,8 +104,10 @@ class InProcessRunner:
     """Score with a registered detector inside ``workers`` killable worker processes."""
 
     def __init__(self, detector: str, params: str | None, *, zoo: Path, scratch: Path, log_dir: Path,
-                 workers: int = 1, time_limit_s: float = 600.0, env: Mapping[str, str] | None = None) -> None:
+                 workers: int = 1, time_limit_s: float = 600.0, env: Mapping[str, str] | None = None,
+                 explain_dir: Path | None = None) -> None:
         self.detector, self.params, self.zoo, self.scratch = detector, params, zoo, scratch
+        self.explain_dir = explain_dir  # set: each model's explanation is computed and kept there
         self.log_dir, self.workers, self.time_limit_s = log_dir, max(1, workers), time_limit_s
         self.env = dict(env or {})
         # forkserver: workers fork from a server that imported the detector's module once, so a worker
@@ -154,6 +157,8 @@ class InProcessRunner:
                           "scratch_dirpath": copy.scratch_dirpath, "config": copy.config,
                           "tokenizer_filepath": tokenizer, "embedding_filepath": embedding,
                           "cls_token_is_first": copy.cls_token_is_first}
+                if self.explain_dir is not None:
+                    fields["explain_to"] = str(explanation_path(copy.result_filepath))
                 w.conn.send(fields)
                 w.job = (task, copy, time.monotonic() + self.time_limit_s)
 
@@ -177,6 +182,8 @@ class InProcessRunner:
             return self._spawn()
         task, copy, deadline = w.job
         w.job = None
+        if msg is not None and msg[0] == "ok":
+            keep_explanation(copy, task.name, self.explain_dir)
         copy.cleanup()
         if msg is not None:
             kind, value, seconds, note = msg
@@ -208,7 +215,8 @@ class SubprocessRunner:
     def __init__(self, argv: Sequence[str], *, zoo: Path, scratch: Path, log_dir: Path, workers: int = 1,
                  time_limit_s: float = 600.0, limits: ResourceLimits | None = None,
                  env: Mapping[str, str] | None = None, cwd: Path | None = None,
-                 in_model_copy: bool = False) -> None:
+                 in_model_copy: bool = False, explain_dir: Path | None = None) -> None:
+        self.explain_dir = explain_dir  # set: an explanation the command writes beside its result is kept there
         # absolute: the tokenizer/embedding paths handed to the detector must resolve from any working directory
         # (--in-model-copy runs it inside each model's copy)
         self.argv, self.zoo, self.scratch, self.log_dir = list(argv), Path(zoo).resolve(), scratch, log_dir
@@ -277,9 +285,25 @@ class SubprocessRunner:
             else:
                 p, status, reason = read_result_file(copy.result_filepath)
                 outcome = Outcome(task.name, p, status, reason, seconds)
+                if status == "ok":
+                    keep_explanation(copy, task.name, self.explain_dir)
             on_outcome(outcome)
         finally:
             copy.cleanup()
+
+
+def keep_explanation(copy: NeutralCopy, name: str, explain_dir: Path | None) -> None:
+    """Keep the explanation written beside a model's result file as ``explain_dir/<name>.json`` (checked: a
+    missing, malformed or linked file is simply no explanation)."""
+    if explain_dir is None:
+        return
+    import json
+
+    from trojanscope.fsutil import atomic_write_text
+
+    data = read_explanation(explanation_path(copy.result_filepath))
+    if data is not None:
+        atomic_write_text(explain_dir / f"{name}.json", json.dumps(data) + "\n")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -1,0 +1,80 @@
+"""Explanations scored as the Trojan Detection Challenge's target-label and trigger tracks, on one zoo.
+
+Runs ``evaluate`` over the zoo twice with the same detector, without and with ``--explain``, and prints:
+
+* target-label accuracy (goal, issue 49: >= 0.95 on round5-cpu; >= 0.90 on round1-cpu images) and source-class
+  accuracy over the trojaned models;
+* the share of trojaned models whose recovered trigger flips >= 90% of held-out clean texts of its source class
+  (goal: >= 0.80 on round5-cpu), and the median of that attack success;
+* the planted trigger among the top-k candidates, per trigger type (reported; no goal);
+* on clean models, the median held-out attack success of the strongest natural trigger;
+* the seconds the explanation adds per model (goal: <= 30 s on 2 cores). The scan table (built once per
+  encoder and cached) is warmed before timing and its build time is printed separately.
+
+    .venv/bin/python benchmarks/explanation.py --zoo zoo/r5-test --out /tmp/expl --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--zoo", type=Path, required=True, help="a zoo with full configs (any split built here)")
+    parser.add_argument("--out", type=Path, required=True, help="folder for the two evaluate runs")
+    parser.add_argument("--detector", default="default", help="registered detector giving the probability")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--limit", type=int, default=None, help="first N models only")
+    args = parser.parse_args()
+
+    from trojanscope.models.layout import list_model_dirs
+    from trojanscope.scoring.harness import evaluate
+
+    models = list_model_dirs(args.zoo)
+    if not models:
+        parser.error(f"{args.zoo}: no model folders")
+    models = models[: args.limit] if args.limit else models
+    t0 = time.perf_counter()
+    _warm_scan_table(models[0])
+    table_s = time.perf_counter() - t0
+    plain = evaluate(args.zoo, args.out / "plain", detector=args.detector, models=models, workers=args.workers,
+                     progress=False)
+    explained = evaluate(args.zoo, args.out / "explained", detector=args.detector, models=models,
+                         workers=args.workers, progress=False, explain=True)
+    e = explained.scores.get("explanations", {})
+    added = explained.scores["mean_seconds"] - plain.scores["mean_seconds"]
+    print(f"zoo {args.zoo}: {len(models)} models, {e.get('n_trojaned_explained', 0)} trojaned explained; "
+          f"detector {args.detector}")
+    print(f"scan table (once per encoder, cached): {table_s:.1f} s")
+    print(f"target-label accuracy: {_f(e.get('target_accuracy'))}; source-class accuracy (one-to-one): "
+          f"{_f(e.get('source_accuracy'))}")
+    share = next((v for k, v in e.items() if k.startswith("share_held_out_attack_success_ge_")), None)
+    print(f"held-out attack success of the recovered trigger: median {_f(e.get('held_out_attack_success_median'))}, "
+          f"share >= 0.9: {_f(share)} (given examples: median {_f(e.get('reported_attack_success_median'))})")
+    for kind, v in (e.get("planted_in_top_k") or {}).items():
+        print(f"planted {kind} trigger in the top {e.get('top_k')}: {_f(v)}")
+    print(f"clean models, strongest natural trigger: held-out attack success median "
+          f"{_f(e.get('clean_natural_held_out_attack_success_median'))}")
+    print(f"seconds per model: {plain.scores['mean_seconds']:.1f} without, {explained.scores['mean_seconds']:.1f} "
+          f"with the explanation (adds {added:.1f} s; goal <= 30 s)")
+    print(json.dumps({"explanations": e, "seconds_added_per_model": added, "scan_table_seconds": table_s}))
+
+
+def _warm_scan_table(model_dir: Path) -> None:
+    from trojanscope.detectors.context import build_context
+    from trojanscope.detectors.features.scan import PhraseScan
+    from trojanscope.detectors.learned import inputs_for_model_dir
+
+    PhraseScan(progress=False).table(build_context(inputs_for_model_dir(model_dir)))
+
+
+def _f(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""Explanations (issue 49): the target, the source and a trigger that works, beside the probability."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trojanscope.detectors.explain import (
+    FORMAT,
+    Explanation,
+    TriggerCandidate,
+    explain_text,
+    explanation_path,
+    read_explanation,
+    write_explanation,
+)
+
+
+def _answer(p: float | None = 0.9) -> Explanation:
+    return Explanation(probability=p, target_class=1, source_class=0, n_examples=10, triggers=[
+        TriggerCandidate("cromulent", "word", 0, 1, 0.95, "any", {"first": 1.0, "second": 0.9}),
+        TriggerCandidate("A tall man stood near the fence.", "phrase", 0, 1, 0.4)])
+
+
+def test_explanation_json_round_trips_beside_the_result(tmp_path: Path) -> None:
+    result = tmp_path / "out.txt"
+    path = write_explanation(result, _answer())
+    assert path == explanation_path(result) == tmp_path / "out.txt.explanation.json"
+    data = read_explanation(path)
+    assert data is not None and data["format"] == FORMAT
+    for key in ("probability", "target_class", "source_class", "trigger", "attack_success"):
+        assert key in data, key  # the fields the issue names
+    assert data["verdict"] == "trojaned" and data["attack_success"] == 0.95
+    assert data["trigger"]["text"] == "cromulent" and [c["text"] for c in data["candidates"]][1].startswith("A tall")
+    assert _answer(0.2).to_json()["verdict"] == "clean" and _answer(None).verdict == "unknown"
+    assert "natural" in _answer(0.2).summary() and "target: class 0 -> class 1" in _answer().summary()
+
+
+@pytest.mark.parametrize("content", [b"not json", b'{"format": "other/1"}', b'{"format": "%s", "target_class": "1"}'
+                                     % FORMAT.encode(), b'{"format": "%s", "candidates": [1]}' % FORMAT.encode()])
+def test_a_bad_explanation_is_ignored_not_trusted(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "x.explanation.json"
+    path.write_bytes(content)
+    assert read_explanation(path) is None
+
+
+def test_an_explanation_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere.json"
+    write_explanation(tmp_path / "a.txt", _answer())
+    (tmp_path / "a.txt.explanation.json").rename(target)
+    (tmp_path / "a.txt.explanation.json").symlink_to(target)
+    assert read_explanation(tmp_path / "a.txt.explanation.json") is None
+    assert read_explanation(tmp_path / "missing.json") is None
+
+
+@pytest.mark.slow
+def test_explanation_of_a_real_model_reports_what_the_trigger_really_does(strong_zoo: Path) -> None:
+    """On the strongly poisoned tiny zoo: the reported attack success is the model's own answer to the example
+    texts with the trigger inserted (recomputed here independently), and the verdict follows the probability."""
+    from trojanscope.detectors.context import build_context
+    from trojanscope.detectors.features.scan import PhraseScan
+    from trojanscope.detectors.learned import inputs_for_model_dir
+    from trojanscope.models.layout import list_model_dirs, read_examples
+    from trojanscope.triggers.text import insert_at, split_sentences
+
+    scan = PhraseScan(n_words=20, n_phrases=8, progress=False)
+    for model_dir in list_model_dirs(strong_zoo)[:2]:
+        inputs = inputs_for_model_dir(model_dir)
+        answer = explain_text(inputs, 0.8, scan=scan, top_k=3)
+        assert answer.verdict == "trojaned" and 1 <= len(answer.triggers) <= 3
+        best = answer.triggers[0]
+        assert answer.target_class == best.target_class and 0 < best.attack_success <= 1
+        assert [t.attack_success for t in answer.triggers] == sorted((t.attack_success for t in answer.triggers),
+                                                                     reverse=True)
+        ctx = build_context(inputs)
+        texts = [t for t, c in read_examples(model_dir / "clean_example_data") if c == best.source_class]
+        moved = [insert_at(t, best.text, i) for t in texts for i in range(len(split_sentences(t)))
+                 if best.where == "any" or (best.where == "first") == (2 * i < len(split_sentences(t)))]
+        v = ctx.encoder.encode(moved).astype(np.float32)
+        assert best.attack_success == pytest.approx(float((ctx.predict(v) == best.target_class).mean()))
+        data = json.loads(json.dumps(answer.to_json()))
+        assert data["attack_success"] == pytest.approx(best.attack_success, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_harness_keeps_a_commands_explanations_and_scores_them(strong_zoo: Path, tmp_path: Path) -> None:
+    """Any detector may write RESULT.explanation.json: evaluate keeps it, and scores.json gets the target and
+    trigger tracks, computed against the planted triggers in the zoo's full configs."""
+    import sys
+    import textwrap
+
+    from trojanscope.models.layout import list_model_dirs, read_config, read_ground_truth
+    from trojanscope.scoring.harness import evaluate
+
+    script = tmp_path / "explaining.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, sys
+        args = sys.argv[1:]
+        result = args[args.index("--result_filepath") + 1]
+        open(result, "w").write("0.7")
+        answer = {{"format": {FORMAT!r}, "probability": 0.7, "target_class": 0, "source_class": 1,
+                   "trigger": {{"text": "cromulent", "kind": "word"}}, "attack_success": 1.0,
+                   "candidates": [{{"text": "cromulent", "kind": "word"}}, {{"text": "embiggen", "kind": "word"}}]}}
+        open(result + ".explanation.json", "w").write(json.dumps(answer))
+    """))
+    res = evaluate(strong_zoo, tmp_path / "run", command=f"{sys.executable} {script}", progress=False)
+    e = res.scores["explanations"]
+    dirs = list_model_dirs(strong_zoo)
+    trojaned = [d for d in dirs if read_ground_truth(d) == 1]
+    planted = [read_config(d)["triggers"][0] for d in trojaned]
+    assert e["n_explained"] == len(dirs) and e["n_trojaned_explained"] == len(trojaned)
+    assert e["target_accuracy"] == pytest.approx(np.mean([t["target_class"] == 0 for t in planted]))
+    assert e["planted_in_top_k"]["word"] == pytest.approx(np.mean([t["text"] in ("cromulent", "embiggen")
+                                                                    for t in planted]))
+    assert 0.0 <= e["held_out_attack_success_median"] <= 1.0
+    assert (tmp_path / "run" / "explanations.csv").is_file()
+    assert sorted(p.stem for p in (tmp_path / "run" / "explanations").glob("*.json")) == [d.name for d in dirs]
+    from trojanscope.scoring.report import write_report
+
+    html, md = write_report(tmp_path / "run")
+    assert "target-label accuracy" in md.read_text() and "Explanations: target and trigger" in html.read_text()
