@@ -75,3 +75,15 @@ def test_version() -> None:
     from trojanscope import __version__
 
     assert _run("--version") == f"trojanscope {__version__}\n"
+
+
+def test_a_help_example_with_a_line_continuation_renders_as_written() -> None:
+    # click rewraps a paragraph unless it opens with \b: a `\` continuation then lands mid-line
+    for path, _ in _commands(typer.main.get_command(build_app())):
+        out = CliRunner().invoke(build_app(), [*path, "--help"]).output  # the default 80 columns
+        for line in out.splitlines():
+            assert "\\ " not in line.rstrip(), (path, line)
+    out = CliRunner().invoke(build_app(), ["zoo", "harvest", "--help"]).output
+    lines = [line.strip() for line in out.splitlines()]
+    first = "trojanscope zoo harvest --preset round5-cpu-evasive --detector default --count 40 \\"
+    assert lines[lines.index(first) + 1] == "--candidates 120 --out zoo/r5-round1 --parent zoo/r5-test --workers 2", out

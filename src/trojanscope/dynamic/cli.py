@@ -36,6 +36,7 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         the trojaned models it scores lowest and the clean models it scores highest (those that fooled it
         first), validated against the preset's bars. Re-running resumes generation and scoring. Example:
 
+        \b
             trojanscope zoo harvest --preset round5-cpu-evasive --detector default --count 40 \\
                 --candidates 120 --out zoo/r5-round1 --parent zoo/r5-test --workers 2
         """
