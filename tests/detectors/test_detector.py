@@ -25,11 +25,14 @@ def test_registry_lists_learned_detectors():
     for name in [*LEARNED, "constant", "random"]:
         assert name in out.output
     # each shipped file says whether it carries the feature-novelty bound (docs/detectors.md)
-    shipped = [line for line in out.output.splitlines() if "shipped parameters fitted on" in line]
-    assert len(shipped) == 2
+    lines = out.output.splitlines()
+    starts = [i for i, line in enumerate(lines) if "shipped parameters fitted on" in line]
+    assert len(starts) == 2
     bounded = [load_detector(n).classifier_.novelty_max is not None for n in ("default", "image-default")]
-    for line, has in zip(shipped, bounded, strict=True):
-        assert ("warns on features further out" in line) == has and ("no feature-novelty bound" in line) != has
+    for start, has in zip(starts, bounded, strict=True):
+        end = next(i for i in range(start + 1, len(lines)) if lines[i][:1].strip())  # the next detector's line
+        block = "\n".join(lines[start:end])
+        assert ("warns on features further out" in block) == has and ("no feature-novelty bound" in block) != has
 
 
 def test_meta_detector_needs_what_its_families_read():

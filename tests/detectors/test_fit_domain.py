@@ -74,6 +74,39 @@ def test_shipped_parameters_say_what_they_were_fitted_on():
         assert det.trained_on_["domain"]["n_classes"], name
 
 
+def test_a_fit_domain_is_listed_one_architecture_a_line_without_losing_a_shape():
+    from trojanscope.detectors.domain import describe
+
+    shipped = load_detector("default").trained_on_["domain"]
+    assert describe(shipped) == [
+        "2/3-class text models, 17 head shapes:",
+        "FCLinear hidden 256/512 layers 2/4 bidirectional",
+        "GruLinear hidden 256/512 layers 2 bidirectional/unidirectional, 4 bidirectional",
+        "LstmLinear hidden 256 layers 2 bidirectional, 4 bidirectional/unidirectional",
+        "LstmLinear hidden 512 layers 2/4 bidirectional/unidirectional",
+    ]
+    assert len(shipped["shape"]) == 17
+    # a line that still fits stays whole (';' between parts that split again), shapes of unequal length are
+    # spelled out, numbers sort as numbers
+    assert describe(shipped, width=200)[3] == ("LstmLinear hidden 256 layers 2 bidirectional, 4 bidirectional/"
+                                               "unidirectional; 512 layers 2/4 bidirectional/unidirectional")
+    odd = {"n_classes": [5], "modality": ["image"],
+           "shape": ["Net input 128", "Net input 64", "Net input 64 extra", "Linear"]}
+    assert describe(odd) == ["5-class image models, 4 head shapes:", "Linear", "Net input 64, 64 extra; 128"]
+    assert describe(None) == ["fit domain not recorded"]
+
+
+def test_detectors_listing_keeps_each_fit_domain_line_readable():
+    from typer.testing import CliRunner
+
+    from trojanscope.cli import build_app
+
+    out = CliRunner().invoke(build_app(), ["detectors"]).output
+    block = out[out.index("\ndefault ") + 1:out.index("\nimage-default ")].splitlines()
+    assert block[1:] and all(len(line) <= 110 for line in block[1:]), block
+    assert "  GruLinear hidden 256/512 layers 2 bidirectional/unidirectional, 4 bidirectional" in out
+
+
 def test_contract_warns_in_one_line_per_difference_and_still_answers(weights_params, mixed_zoo, tmp_path, capsys):
     from trojanscope.detectors.runner import run_contract
 

@@ -180,5 +180,10 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
                 bound = getattr(getattr(shipped, "classifier_", None), "novelty_max", None)
                 novelty = ("warns on features further out than any training model's" if bound is not None else
                            "no feature-novelty bound (fitted before it; refit with `detect fit` to get one)")
+                first, *shapes = domain.describe(fitted.get("domain"))
                 typer.echo(f"{'':<{width}} shipped parameters fitted on {fitted.get('n_models', '?')} "
-                           f"{fitted.get('preset', '')} models: {domain.describe(fitted.get('domain'))}; {novelty}")
+                           f"{fitted.get('preset', '')} models")
+                typer.echo(f"{'':<{width}} fit domain: {first}")
+                for line in shapes:
+                    typer.echo(f"{'':<{width}}   {line}")
+                typer.echo(f"{'':<{width}} {novelty}")

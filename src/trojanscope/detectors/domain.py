@@ -62,9 +62,73 @@ def out_of_fit(fitted: dict[str, Any] | None, inputs: ModelInputs) -> list[str]:
     return notes
 
 
-def describe(fitted: dict[str, Any] | None) -> str:
-    """One line for listings: what a parameter file was fitted on."""
+def describe(fitted: dict[str, Any] | None, width: int = 88) -> list[str]:
+    """Lines for listings: what a parameter file was fitted on, one or more lines per architecture.
+
+    The first line gives the class counts, modalities and how many head shapes; the shapes follow, grouped
+    so that no information is lost (``GruLinear hidden 256/512 layers 2 bidirectional/unidirectional,
+    4 bidirectional`` stands for the six shapes it spells out) and a line longer than ``width`` is split.
+    """
     if not fitted:
-        return "fit domain not recorded"
+        return ["fit domain not recorded"]
     classes = "/".join(map(str, fitted.get("n_classes", [])))
-    return f"{classes}-class {'/'.join(fitted.get('modality', []))} models: {'; '.join(fitted.get('shape', []))}"
+    shapes = list(fitted.get("shape", []))
+    head = f"{classes}-class {'/'.join(fitted.get('modality', []))} models"
+    if not shapes:
+        return [head]
+    lines = [f"{head}, {len(shapes)} head shape{'s' if len(shapes) != 1 else ''}:"]
+    by_arch: dict[str, set[tuple[str, ...]]] = {}
+    for shape in shapes:
+        tokens = tuple(shape.split())
+        by_arch.setdefault(tokens[0], set()).add(tokens)
+    for arch in sorted(by_arch, key=_natural):  # one line per architecture at least
+        lines += _lines(by_arch[arch], "", width)
+    return lines
+
+
+def _natural(token: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(token), token)
+    except ValueError:
+        return (1, 0.0, token)
+
+
+def _grouped(tails: set[tuple[str, ...]]) -> list[tuple[list[str], set[tuple[str, ...]]]]:
+    """Split on the first token; first tokens whose remainders are the same set share one group."""
+    by_first: dict[str, set[tuple[str, ...]]] = {}
+    for tail in tails:
+        by_first.setdefault(tail[0], set()).add(tail[1:])
+    groups: dict[frozenset, list[str]] = {}
+    for first in sorted(by_first, key=_natural):
+        groups.setdefault(frozenset(by_first[first]), []).append(first)
+    return [(firsts, set(rests)) for rests, firsts in groups.items()]
+
+
+def _inline(tails: set[tuple[str, ...]]) -> str:
+    """The shapes ``tails`` on one line: shared tokens once, alternatives joined with '/', splits with ',' (';'
+    where a part holds a split of its own)."""
+    return _factored(tails)[0]
+
+
+def _factored(tails: set[tuple[str, ...]]) -> tuple[str, bool]:
+    if tails == {()}:
+        return "", False
+    parts = []
+    for firsts, rests in _grouped(tails):
+        if () in rests and len(rests) > 1:  # one shape ends where others go on: spell them out
+            spelled = sorted(((f, *r) for f in firsts for r in rests), key=lambda t: [_natural(x) for x in t])
+            parts.append((", ".join(" ".join(t) for t in spelled), len(spelled) > 1))
+        else:
+            rest, split = _factored(rests)
+            parts.append((f"{'/'.join(firsts)} {rest}".rstrip(), split))
+    nested = any(split for _, split in parts)
+    return ("; " if nested else ", ").join(text for text, _ in parts), nested or len(parts) > 1
+
+
+def _lines(tails: set[tuple[str, ...]], prefix: str, width: int) -> list[str]:
+    """``prefix`` plus ``tails`` on one line if it fits ``width``, else one line per alternative at the first split."""
+    line = f"{prefix} {_inline(tails)}".strip()
+    groups = _grouped(tails) if () not in tails else []
+    if len(line) <= width or not groups or any(() in rests for _, rests in groups):  # leaves: nothing to split
+        return [line]
+    return [line for firsts, rests in groups for line in _lines(rests, f"{prefix} {'/'.join(firsts)}", width)]
