@@ -22,8 +22,8 @@ from trojanscope.models import load_model
 from trojanscope.models.architectures import HeadSpec
 from trojanscope.models.modalities import MODEL_MODALITIES
 from trojanscope.models.store import save_head
-from trojanscope.rounds.build import BuildOutcome, Timing
 from trojanscope.rounds.modalities import ROUND_MODALITIES
+from trojanscope.rounds.outcome import BuildOutcome, Timing
 
 NAME = "tabular"
 

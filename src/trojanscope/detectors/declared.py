@@ -44,12 +44,10 @@ def declare(spec: DetectorSpec, help: str) -> None:
 
 
 def undeclare(name: str) -> None:
-    """Remove detector ``name`` (registered by :func:`declare`) and its built class."""
-    from trojanscope.detectors.learned import detector_class
-
+    """Remove detector ``name`` (registered by :func:`declare`); a class built from its spec is not reused
+    (:func:`trojanscope.detectors.learned.detector_class` rebuilds when the spec it was built from is gone)."""
     DETECTOR_SPECS.pop(name, None)
     DETECTORS.unregister(name)
-    detector_class.cache_clear()
 
 
 def spec_for_class(class_name: str) -> DetectorSpec | None:

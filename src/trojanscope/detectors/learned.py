@@ -8,7 +8,6 @@ combinations' parameters ship in ``detectors/params/``.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import time
@@ -296,17 +295,23 @@ class MetaDetector(Detector):
         return det
 
 
-@functools.cache
+_CLASSES: dict[str, type[MetaDetector]] = {}
+
+
 def detector_class(name: str) -> type[MetaDetector]:
-    """The :class:`MetaDetector` subclass of declared detector ``name`` (built once, then cached)."""
+    """The :class:`MetaDetector` subclass of declared detector ``name``: built once per declaration (a name
+    declared again, e.g. after :func:`~trojanscope.detectors.declared.undeclare`, gets a class of its new spec)."""
     from trojanscope.detectors.declared import DETECTOR_SPECS
 
     spec = DETECTOR_SPECS[name]
-    return type(spec.class_name, (MetaDetector,), {
-        "__module__": __name__, "__qualname__": spec.class_name, "__doc__": spec.description,
-        "name": spec.name, "description": spec.description, "families": spec.families,
-        "modality": spec.modality, "shipped": spec.shipped, "fallback": dict(spec.fallback),
-    })
+    cls = _CLASSES.get(name)
+    if cls is None or cls._spec is not spec:
+        cls = _CLASSES[name] = type(spec.class_name, (MetaDetector,), {
+            "__module__": __name__, "__qualname__": spec.class_name, "__doc__": spec.description,
+            "name": spec.name, "description": spec.description, "families": spec.families,
+            "modality": spec.modality, "shipped": spec.shipped, "fallback": dict(spec.fallback), "_spec": spec,
+        })
+    return cls
 
 
 def __getattr__(attr: str) -> Any:

@@ -11,27 +11,13 @@ from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from trojanscope.errors import ConfigError, TrojanscopeError
-from trojanscope.leaderboard import archive, security, services
+from trojanscope.errors import TrojanscopeError
+from trojanscope.leaderboard import security
 from trojanscope.leaderboard.db import make_sessionmaker
+from trojanscope.leaderboard.services import status_for
 from trojanscope.leaderboard.settings import Settings
 
 JSON_BODY_LIMIT = 64 * 1024
-
-
-def status_for(exc: TrojanscopeError) -> int:
-    """The HTTP status of a service error."""
-    if isinstance(exc, services.NotFoundError):
-        return 404
-    if isinstance(exc, services.ConflictError):
-        return 409
-    if isinstance(exc, services.RateLimitError):
-        return 429
-    if isinstance(exc, archive.UploadError) and "larger than" in str(exc):
-        return 413
-    if isinstance(exc, (archive.UploadError, ConfigError)):
-        return 400
-    return 400
 
 
 class BodySizeLimit:

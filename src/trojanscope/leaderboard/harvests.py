@@ -140,7 +140,7 @@ def run_harvest_job(worker: Worker, job_id: int) -> None:
     import fcntl
 
     from trojanscope.dynamic.harvest import LINEAGE_FILE, harvest, read_lineage
-    from trojanscope.leaderboard.worker import LEARNED_DIR, read_results
+    from trojanscope.leaderboard.sandbox import LEARNED_DIR, read_results
 
     with worker.Session() as s:
         hv = s.scalar(select(Harvest).where(Harvest.job_id == job_id))

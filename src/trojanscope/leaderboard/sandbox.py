@@ -15,6 +15,7 @@ contract's paths visible (:mod:`trojanscope.leaderboard.jail`; threat model in d
 from __future__ import annotations
 
 import contextlib
+import csv
 import os
 import random
 import secrets
@@ -26,11 +27,13 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from trojanscope.fsutil import atomic_dir
 from trojanscope.models.layout import write_detector_view
 
 NEUTRAL_PREFIX = "m-"
+LEARNED_DIR = "learned_parameters"  # per submission: what its configure step wrote
 
 
 def make_model_map(model_dirs: list[Path]) -> list[list[str]]:
@@ -207,3 +210,19 @@ def private_tmp(folder: Path) -> Iterator[Path]:
     finally:
         tempfile.tempdir = previous
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def read_results(path: Path) -> dict[str, dict[str, Any]]:
+    """Rows of a harness ``results.csv`` by model name (first row wins; a torn last line is ignored)."""
+    rows: dict[str, dict[str, Any]] = {}
+    if not path.is_file():
+        return rows
+    with path.open(newline="", encoding="utf-8") as fh:
+        for rec in csv.DictReader(fh):
+            try:
+                row = {"probability": float(rec["probability"]), "status": rec["status"] or "",
+                       "reason": rec.get("reason") or "", "seconds": float(rec.get("seconds") or 0.0)}
+            except (TypeError, ValueError, KeyError):
+                continue
+            rows.setdefault(rec["model_name"], row)
+    return rows

@@ -420,3 +420,18 @@ def lineage_view(s: Session, rnd: Round) -> list[dict[str, Any]]:
                      "best_cross_entropy": best[0]["cross_entropy"] if best else None,
                      "best_roc_auc": best[0]["roc_auc"] if best else None})
     return rows
+
+
+def status_for(exc: TrojanscopeError) -> int:
+    """The HTTP status of a service error."""
+    from trojanscope.leaderboard import archive
+
+    if isinstance(exc, NotFoundError):
+        return 404
+    if isinstance(exc, ConflictError):
+        return 409
+    if isinstance(exc, RateLimitError):
+        return 429
+    if isinstance(exc, archive.UploadError) and "larger than" in str(exc):
+        return 413
+    return 400  # an upload refused, a config error, any other service error: the request's fault

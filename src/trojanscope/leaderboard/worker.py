@@ -39,12 +39,12 @@ from trojanscope.errors import TrojanscopeError
 from trojanscope.fsutil import atomic_dir
 from trojanscope.leaderboard import sandbox
 from trojanscope.leaderboard.db import Harvest, Job, ModelResult, make_sessionmaker, utcnow
+from trojanscope.leaderboard.sandbox import LEARNED_DIR, read_results
 from trojanscope.leaderboard.settings import Settings
 from trojanscope.models.layout import list_model_dirs, read_ground_truth
 from trojanscope.provenance import provenance
 
 DEFAULT_P = 0.5
-LEARNED_DIR = "learned_parameters"  # per submission: what its configure step wrote
 
 
 class RoundClosedError(TrojanscopeError):
@@ -78,22 +78,6 @@ def harness_scoring() -> Scoring:
     except ImportError:  # the report module is optional for scoring
         write_report = None
     return Scoring(evaluate=evaluate, score_all=score_all, write_report=write_report)
-
-
-def read_results(path: Path) -> dict[str, dict[str, Any]]:
-    """Rows of a harness ``results.csv`` by model name (first row wins; a torn last line is ignored)."""
-    rows: dict[str, dict[str, Any]] = {}
-    if not path.is_file():
-        return rows
-    with path.open(newline="", encoding="utf-8") as fh:
-        for rec in csv.DictReader(fh):
-            try:
-                row = {"probability": float(rec["probability"]), "status": rec["status"] or "",
-                       "reason": rec.get("reason") or "", "seconds": float(rec.get("seconds") or 0.0)}
-            except (TypeError, ValueError, KeyError):
-                continue
-            rows.setdefault(rec["model_name"], row)
-    return rows
 
 
 def _json_number(v: Any) -> Any:

@@ -7,7 +7,6 @@ import dataclasses
 import json
 import platform
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,38 +19,10 @@ from trojanscope.models.architectures import HeadSpec
 from trojanscope.rounds import evasion
 from trojanscope.rounds.dataset import ModelData, SourcePool, model_data
 from trojanscope.rounds.factors import ModelPlan
+from trojanscope.rounds.outcome import BuildOutcome, Timing
 from trojanscope.rounds.preset import ImagePreset, Preset
 from trojanscope.rounds.training import Adversarial, as_input, predict_logits, train_head
 from trojanscope.rounds.writer import write_model_folder
-
-
-@dataclass
-class Timing:
-    encode_s: float = 0.0
-    train_s: float = 0.0
-    total_s: float = 0.0
-    texts: int = 0
-    encoded: int = 0
-    cache_hits: int = 0
-    clean_texts: int = 0
-    clean_encoded: int = 0
-    epochs: int = 0
-    adversarial_steps: int = 0
-
-    def recorded_wall_time(self) -> float:
-        """METADATA's ``training_wall_time_sec``: the build's wall time without the input stage (encoding
-        texts with the frozen encoder, rendering images). That stage's cost depends on what the shared cache
-        already held: a clean model's texts are the pool's, cached by the first model, while a trojaned
-        model's triggered texts are new, so with it the record told the label (dynasent-cpu v4, 60 models:
-        median 41 s trojaned vs 12 s clean). ``timing`` in model_stats.json keeps every part."""
-        return round(max(self.total_s - self.encode_s, 0.0), 3)
-
-
-@dataclass
-class BuildOutcome:
-    name: str
-    metadata: dict[str, Any]
-    timing: Timing
 
 
 def head_spec(preset: Preset, plan: ModelPlan, input_size: int) -> HeadSpec:

@@ -23,10 +23,10 @@ import pandas as pd
 from trojanscope.errors import ConfigError
 from trojanscope.fsutil import atomic_write_text, check_writable_dir
 from trojanscope.models.layout import list_model_dirs
-from trojanscope.rounds.build import BuildOutcome, Timing
 from trojanscope.rounds.executor import make_executor
 from trojanscope.rounds.factors import is_matched, model_index
 from trojanscope.rounds.modalities import ROUND_MODALITIES, RoundModality, round_modality
+from trojanscope.rounds.outcome import BuildOutcome, Timing
 from trojanscope.rounds.preset import SPLITS, AnyPreset, load_preset
 from trojanscope.rounds.writer import METADATA_DICTIONARY
 

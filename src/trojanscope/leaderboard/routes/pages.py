@@ -16,10 +16,10 @@ from starlette.concurrency import run_in_threadpool
 
 from trojanscope.errors import TrojanscopeError
 from trojanscope.leaderboard import security, services
-from trojanscope.leaderboard.app import status_for
 from trojanscope.leaderboard.db import Round, Submission
 from trojanscope.leaderboard.deps import AdminFlag, SessionDep, SettingsDep
 from trojanscope.leaderboard.routes.submissions import accept_upload
+from trojanscope.leaderboard.services import status_for
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).resolve().parents[1] / "templates"))

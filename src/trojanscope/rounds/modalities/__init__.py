@@ -18,7 +18,7 @@ import pandas as pd
 from trojanscope.errors import ConfigError
 from trojanscope.models.modalities import lookup_modality
 from trojanscope.registry import Registry
-from trojanscope.rounds.build import BuildOutcome, Timing
+from trojanscope.rounds.outcome import BuildOutcome, Timing
 
 
 class RoundModality(Protocol):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trojanscope.rounds.build import BuildOutcome, Timing
+from trojanscope.rounds.outcome import BuildOutcome, Timing
 from trojanscope.rounds.preset import ImagePreset
 
 
