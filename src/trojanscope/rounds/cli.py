@@ -150,7 +150,18 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
             typer.echo(f"{name:{width}} {p.description}")
 
 
-def _say_encoding(n: int, encoder: str, cache_file: Path) -> None:
-    """The one line before a first run's long encoding step, so the wait is not mistaken for a hang."""
-    typer.echo(f"encoding {n:,} texts once with {encoder} (minutes on a CPU; later runs of this preset skip it); "
-               f"cached in {cache_file}", err=True)
+class _SayFirstRun:
+    """One line before each of a first run's long steps (reading the corpora, encoding), so the wait is not
+    mistaken for a hang; ``make_zoo``'s ``on_encode``, with the text modality's ``reading`` hook."""
+
+    def reading(self, preset, pools_file: Path) -> None:
+        corpora = ", ".join(dict.fromkeys(s.corpus for s in preset.data.sources))
+        typer.echo(f"reading corpora for {preset.name} into pools ({corpora}; tens of seconds, once: the pools are "
+                   f"kept in {pools_file})…", err=True)
+
+    def __call__(self, n: int, encoder: str, cache_file: Path) -> None:
+        typer.echo(f"encoding {n:,} texts once with {encoder} (minutes on a CPU; later runs of this preset skip "
+                   f"it); cached in {cache_file}", err=True)
+
+
+_say_encoding = _SayFirstRun()

@@ -18,11 +18,13 @@ from trojanscope.rounds.preset import Preset
 POOL_FORMAT = 2
 
 
-def build_pools(preset: Preset, data_root: Path | None, cache_dir: Path | None = None) -> dict[str, SourcePool]:
+def build_pools(preset: Preset, data_root: Path | None, cache_dir: Path | None = None,
+                on_read: Callable[[Path], None] | None = None) -> dict[str, SourcePool]:
     """The clean text pools of a preset, built once and kept as JSON under the cache folder.
 
     The key covers everything a pool depends on: the data spec, class count, token budget, the
-    tokenizer (encoder fingerprint) and the corpus files' sizes and mtimes.
+    tokenizer (encoder fingerprint) and the corpus files' sizes and mtimes. ``on_read(pools_file)`` is
+    called before the corpora are read (tens of seconds), never when the pools are cached.
     """
     import hashlib
 
@@ -49,6 +51,8 @@ def build_pools(preset: Preset, data_root: Path | None, cache_dir: Path | None =
     if path.is_file():
         raw = json.loads(path.read_text())
         return {name: SourcePool.from_json(v) for name, v in raw.items()}
+    if on_read is not None:
+        on_read(path)
     pools = {s.name: build_source_pool(preset, s, data_root, encoder) for s in preset.data.sources}
     atomic_write_text(path, json.dumps({name: p.to_json() for name, p in pools.items()}))
     return pools
@@ -63,10 +67,13 @@ class TextRounds:
                 progress: bool, on_encode: Callable[[int, str, Path], None] | None) -> tuple[Any, Timing]:
         """Build the pools, encode every clean text into the cache; ship the pools, the cache (its file, or
         for Ray an in-memory snapshot of the pool vectors: no disk shared between nodes is assumed) and the
-        clean texts."""
+        clean texts. An ``on_encode`` with a ``reading(preset, pools_file)`` method is also told before the
+        corpora are read into pools, the first run's other long step."""
         from trojanscope.encoders import CacheStats, EmbeddingCache, MemoryCache, encode_cached, get_encoder
 
-        pools = build_pools(preset, data_root, Path(cache_path).parent if cache_path else None)
+        reading = getattr(on_encode, "reading", None)
+        on_read = None if reading is None else (lambda path: reading(preset, path))
+        pools = build_pools(preset, data_root, Path(cache_path).parent if cache_path else None, on_read=on_read)
         cache = EmbeddingCache(cache_path) if cache_path else EmbeddingCache()
         clean = [t for p in pools.values() for t in p.all_texts()]
         stats = CacheStats()
