@@ -307,6 +307,29 @@ def test_mean_pooled_models_never_get_cls_token_is_first(tmp_path: Path, scripts
     assert len(calls) == 2 and all("--cls_token_is_first" not in c["argv"] for c in calls)
 
 
+def test_evaluate_command_on_mean_pooled_models_warns_once(tmp_path: Path, scripts: dict[str, str]) -> None:
+    # a --command may be a detector written for TrojAI, which reads the first or last token; --detector
+    # (trojanscope's own, which follow summary_rule) gets no warning
+    from typer.testing import CliRunner
+
+    from trojanscope.cli import build_app
+
+    zoo = make_zoo(tmp_path / "zoo", n=2)
+    for cfg_path in (zoo / "models").glob("id-*/config.json"):
+        cfg = json.loads(cfg_path.read_text())
+        cfg_path.write_text(json.dumps({**cfg, "summary_rule": "mean", "cls_token_is_first": False}))
+    env = {"ARGV_LOG": str(tmp_path / "argv.jsonl")}
+    for how in (["--command", scripts["args"]], ["--detector", "constant"]):
+        result = CliRunner().invoke(build_app(), ["evaluate", "--zoo", str(zoo), "--out", str(tmp_path / how[0]),
+                                                  *how, "--no-progress"], env=env)
+        assert result.exit_code == 0, result.output
+        warnings = [line for line in result.output.splitlines() if line.startswith("warning: ")]
+        if how[0] == "--command":
+            assert len(warnings) == 1 and f"2 of 2 models in {zoo} read the mean" in warnings[0], result.output
+        else:
+            assert warnings == [], result.output
+
+
 def test_in_model_copy_runs_command_where_trojai_detectors_expect(tmp_path: Path, monkeypatch) -> None:
     zoo = make_zoo(tmp_path / "zoo", n=2)
     (zoo / "model_factories.py").write_text("MARK = 0.25\n")

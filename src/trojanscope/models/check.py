@@ -156,8 +156,11 @@ def check_zoo(zoo: Path | str) -> tuple[list[str], list[Problem]]:
 def mean_pooling_warning(zoo: Path | str) -> str | None:
     """One line when models of ``zoo`` read a mean-pooled summary vector, which TrojAI's contract cannot name.
 
-    TrojAI-era detectors read token 0 (``--cls_token_is_first``) or the last token; a ``summary_rule: mean``
-    model gives them the wrong vector. ``None`` when every config names first/last (or none).
+    Not a problem of the zoo (trojanscope's detectors, and any that read the reduced config's
+    ``summary_rule``, compute the vector the heads read), so ``zoo check`` stays quiet about it. It is one
+    for a detector written for TrojAI Round 5/6: it embeds a text with token 0 (``--cls_token_is_first``) or
+    the last token, never the mean, so it feeds the heads vectors they were not trained on. ``zoo export``
+    and ``evaluate --command`` (where such detectors run) print it. ``None`` when no config says ``mean``.
     """
     try:
         folders = list_model_dirs(zoo)
@@ -171,6 +174,8 @@ def mean_pooling_warning(zoo: Path | str) -> str | None:
             continue
     if not mean:
         return None
-    return (f"warning: {mean} of {len(folders)} models read a mean-pooled summary vector (summary_rule: mean); "
-            "TrojAI-era detectors read the first or last token and will see the wrong vector; "
-            "build the zoo from a TrojAI-exact preset (e.g. round5-cpu-cls) for such detectors")
+    return (f"warning: {mean} of {len(folders)} models in {zoo} read the mean of the encoder's token vectors "
+            "(config.json: summary_rule mean), which a detector written for TrojAI Round 5/6 never computes: it "
+            "reads the first token (--cls_token_is_first, not passed for these) or the last one, so it gives these "
+            "heads vectors they were not trained on (trojanscope's detectors read summary_rule and are not "
+            "affected); for TrojAI-era detectors build the zoo from a first-token preset (round5-cpu-cls)")

@@ -117,12 +117,16 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
     ) -> None:
         import os
 
+        from trojanscope.models.check import mean_pooling_warning
         from trojanscope.models.layout import list_model_dirs
         from trojanscope.scoring.harness import ResourceLimits
         from trojanscope.scoring.harness import evaluate as run_evaluate
 
         if ray_address:
             os.environ["RAY_ADDRESS"] = ray_address
+        warning = mean_pooling_warning(zoo_dir) if command else None  # a --command may be a TrojAI-era detector
+        if warning:
+            typer.echo(warning, err=True)
         models = list_model_dirs(zoo_dir)[:first] if first else None
         limits = ResourceLimits(memory_bytes=int(memory_gb * 2**30)) if memory_gb else None
         try:
