@@ -7,23 +7,20 @@ per-model loop over candidate pools, see :mod:`trojanscope.leaderboard.harvests`
 (``UPDATE ... WHERE status='queued' AND id=?`` with a rowcount check; ``FOR UPDATE SKIP LOCKED`` on
 PostgreSQL), a heartbeat thread extends the job's lease, and a job whose lease expired (worker killed)
 is put back in the queue. A re-run resumes from the harness's ``results.csv``, so no model is scored
-twice; the final per-model rows are stored under a unique (job, model) key.
+twice; the final per-model rows are stored under a unique (job, model) key. What a stage does once its
+detector runs are over (and the configure step) is in :mod:`trojanscope.leaderboard.stages`.
 """
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import fcntl
 import hashlib
-import io
 import math
 import os
-import shlex
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -36,15 +33,11 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from trojanscope.errors import TrojanscopeError
-from trojanscope.fsutil import atomic_dir
-from trojanscope.leaderboard import sandbox
-from trojanscope.leaderboard.db import Harvest, Job, ModelResult, make_sessionmaker, utcnow
+from trojanscope.leaderboard import sandbox, stages
+from trojanscope.leaderboard.db import Harvest, Job, make_sessionmaker, utcnow
 from trojanscope.leaderboard.sandbox import LEARNED_DIR, read_results
 from trojanscope.leaderboard.settings import Settings
-from trojanscope.models.layout import list_model_dirs, read_ground_truth
-from trojanscope.provenance import provenance
-
-DEFAULT_P = 0.5
+from trojanscope.models.layout import list_model_dirs
 
 
 class RoundClosedError(TrojanscopeError):
@@ -78,18 +71,6 @@ def harness_scoring() -> Scoring:
     except ImportError:  # the report module is optional for scoring
         write_report = None
     return Scoring(evaluate=evaluate, score_all=score_all, write_report=write_report)
-
-
-def _json_number(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _json_number(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_json_number(x) for x in v]
-    if hasattr(v, "item"):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
 
 
 class Worker:
@@ -296,14 +277,15 @@ class Worker:
             work = sandbox.copy_submission(files, job_dir / "work")
             env = sandbox.sandbox_env(work, tag)
             if stage == "configure":
-                self._configure(job_id, command, neutral_root, len(neutral), work, env, job_dir, learned_store)
+                stages.run_configure(self, job_id, command, neutral_root, len(neutral), work, env, job_dir,
+                                     learned_store)
                 return
             learned_args = self.learned_args(configured, learned_store, job_dir)
             rows = self.score_models(job_id, command, neutral, job_dir / "out", env=env, work=work,
                                      per_model=per_model, budget=budget, learned_args=learned_args)
             if self._lost.is_set():
                 return  # another worker owns the job now; it will finish it
-            self._finish(job_id, model_map, source, rows, job_dir, zoo, command)
+            stages.record_results(self, job_id, model_map, source, rows, job_dir, zoo, command)
 
     def lease_lost(self) -> bool:
         """Whether another worker took the running job over (this one's lease expired)."""
@@ -359,143 +341,6 @@ class Worker:
             memory_bytes=st.memory_bytes, max_processes=st.max_processes, file_size_bytes=st.file_size_bytes,
             engine=st.isolation, tmp_bytes=st.sandbox_tmp_bytes,
             uid=sandbox.sandbox_uid(st.sandbox_uid_base, job_id) if os.geteuid() == 0 else None)
-
-    def _configure(self, job_id: int, command: str, models: Path, n_models: int, work: Path, env: dict[str, str],
-                   job_dir: Path, store: Path) -> None:
-        """The submission's configure step: one jailed run of its command in TrojAI's configure mode on the
-        labelled neutral copies of the train split, under ``configure_time_limit_s``; what it writes into its
-        learned-parameters folder is kept per submission and handed to its later stages."""
-        limit = self.settings.configure_time_limit_s
-        learned, scratch = job_dir / LEARNED_DIR, job_dir / "scratch"
-        for folder in (learned, scratch):  # an interrupted attempt starts over
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir(parents=True)
-        argv = self.jailed(command, job_id, limit, env=env)
-        argv += ["--configure_mode", "--configure_models_dirpath", str(models),
-                 "--learned_parameters_dirpath", str(learned), "--scratch_dirpath", str(scratch)]
-        log = job_dir / "configure.log"
-        error = None
-        t0 = time.monotonic()
-        with log.open("wb") as fh:
-            try:
-                proc = subprocess.run(argv, cwd=work, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                                      timeout=limit, check=False)
-                if proc.returncode != 0:
-                    error = f"exited with status {proc.returncode}"
-            except subprocess.TimeoutExpired:
-                error = f"ran past its {limit:g} s limit"
-            finally:
-                sandbox.kill_tagged(self.tag(job_id))
-        seconds = time.monotonic() - t0
-        if self._lost.is_set():
-            return
-        entries = list(learned.rglob("*"))
-        files = [p for p in entries if p.is_file() and not p.is_symlink()]
-        size = sum(p.lstat().st_size for p in files)
-        odd = next((p for p in entries if p.is_symlink() or not (p.is_file() or p.is_dir())), None)
-        if error is None and odd is not None:
-            # copying a link would follow it as the worker: a way to carry a server file into the next stage
-            error = (f"wrote {odd.relative_to(learned)}, which is a link or special file; learned parameters must "
-                     "be regular files and folders")
-        if error is None and size > self.settings.max_extracted_bytes:
-            error = f"wrote {size} bytes of learned parameters, over the {self.settings.max_extracted_bytes} limit"
-        if error is None:
-            with atomic_dir(store) as tmp:
-                shutil.copytree(learned, tmp, dirs_exist_ok=True)
-        else:
-            tail = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
-            error = f"configure step {error}" + (f" (last output: {tail[-1][:300]})" if tail else "")
-        with self.Session() as s:
-            job = s.get(Job, job_id)
-            if job.status != "running" or job.worker_id != self.worker_id:
-                return
-            job.status = "failed" if error else "done"
-            job.scores = {"n_models": n_models, "n_ok": 0 if error else n_models, "learned_files": len(files),
-                          "learned_bytes": size}
-            job.runtime_s, job.finished_at, job.lease_until, job.error = seconds, utcnow(), None, error or ""
-            sub = job.submission
-            if error:
-                sub.status, sub.message = "configure_failed", error[:1000]
-            else:
-                sub.status = "queued"
-                s.add(Job(submission_id=sub.id, stage="smoke", priority=0))
-            s.commit()
-
-    def _finish(self, job_id: int, model_map: list[list[str]], source: dict[str, Path],
-                rows: dict[str, dict[str, Any]], job_dir: Path, zoo: Path, command: str) -> None:
-        records = []
-        for neutral, real in model_map:
-            row = rows.get(neutral) or {"probability": DEFAULT_P, "status": "not_run",
-                                        "reason": "the submission's time budget ran out before this model",
-                                        "seconds": 0.0}
-            records.append((neutral, real, row, read_ground_truth(source[real])))
-        labelled = [(gt, r["probability"]) for _, _, r, gt in records if gt is not None]
-        scores = self.scoring.score_all([y for y, _ in labelled], [p for _, p in labelled]) if labelled else {}
-        scores = _json_number(dict(scores))
-        scores["n_models"] = len(records)
-        scores["n_ok"] = sum(r["status"] == "ok" for _, _, r, _ in records)
-        runtime = float(sum(r["seconds"] for _, _, r, _ in records))
-        with self.Session() as s:
-            job = s.get(Job, job_id)
-            if job.status != "running" or job.worker_id != self.worker_id:
-                return  # lease lost: the owner records the results, not us
-            s.query(ModelResult).filter(ModelResult.job_id == job_id).delete()
-            for neutral, real, row, gt in records:
-                s.add(ModelResult(job_id=job_id, model_name=real, neutral_name=neutral, probability=row["probability"],
-                                  status=row["status"], reason=row["reason"][:500], seconds=row["seconds"],
-                                  ground_truth=None if gt is None else bool(gt)))
-            job.status, job.scores, job.runtime_s, job.finished_at = "done", scores, runtime, utcnow()
-            job.lease_until = None
-            sub = job.submission
-            if job.stage == "smoke":
-                if scores["n_ok"] == 0:
-                    first = next((r["reason"] for _, _, r, _ in records if r["reason"]), "no result")
-                    sub.status = "smoke_failed"  # the reason is the detector's own output: team and organiser only
-                    sub.message = f"smoke test: no model produced a valid answer (first reason: {first[:200]})"
-                else:
-                    sub.status = "scoring"
-                    s.add(Job(submission_id=sub.id, stage="test", priority=1))
-            elif job.stage == "test":
-                sub.status = "scored"
-            stage = job.stage
-            label = f"round {sub.round.name}, {'train' if stage in ('smoke', 'configure') else stage} split"
-            s.commit()
-        if stage == "smoke":  # the smoke report is public: no detector output in it
-            records = [(n, real, {**row, "reason": ""}, gt) for n, real, row, gt in records]
-        self._write_report(job_dir, records, scores, zoo, command, label=label)
-
-    def _write_report(self, job_dir: Path, records: list, scores: dict[str, Any], zoo: Path, command: str, *,
-                      label: str = "zoo") -> None:
-        """The harness report over de-neutralised results; best effort. The zoo's path on this server is
-        replaced by ``label`` (a report page must not show server paths)."""
-        if self.scoring.write_report is None:
-            return
-        from trojanscope.fsutil import atomic_write_json, atomic_write_text
-
-        report = job_dir / "report"
-        report.mkdir(exist_ok=True)
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(["model_name", "probability", "status", "reason", "seconds"])
-        for _, real, row, _ in records:
-            writer.writerow([real, repr(row["probability"]), row["status"], row["reason"], f"{row['seconds']:.4f}"])
-        atomic_write_text(report / "results.csv", buf.getvalue())
-        atomic_write_json(report / "scores.json", scores)
-        atomic_write_json(report / "run.json", {"zoo": str(zoo), "models": [real for _, real, _, _ in records],
-                                                "n_models": len(records), "seed": 0,
-                                                # argv words, as `trojanscope evaluate` records them
-                                                "command": shlex.split(command), **provenance()})
-        try:
-            self.scoring.write_report(report, zoo)
-        except Exception as exc:  # noqa: BLE001 - a report failure must never lose a scored job
-            atomic_write_text(report / "report-error.txt", f"{type(exc).__name__}: {exc}\n")
-            return
-        for page in [*report.glob("report*.html"), *report.glob("report*.md"), report / "run.json"]:
-            if page.is_file():
-                text = page.read_text(encoding="utf-8")
-                for path in {str(zoo), str(zoo.resolve())}:
-                    text = text.replace(path, label)
-                atomic_write_text(page, text)
 
     def _fail(self, job_id: int, message: str) -> None:
         with self.Session() as s:
