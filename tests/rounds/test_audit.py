@@ -205,6 +205,37 @@ def test_matched_pair_factors_are_counted_once_per_pair() -> None:
     assert next(r for r in independent if r["factor"] == "model_architecture")["n"] == 40
 
 
+def test_audit_and_inspect_show_the_same_architecture_counts() -> None:
+    # round5-cpu draws matched pairs: the chi-square counts each pair once, yet both commands show models
+    import io
+
+    from rich.console import Console
+
+    from trojanscope.rounds.audit import print_audit
+    from trojanscope.rounds.factors import draw_plan
+    from trojanscope.rounds.summary import factor_counts
+
+    preset = load_preset("round5-cpu")[0]
+    plans = [draw_plan(preset, "train", i) for i in range(12)]
+    df = pd.DataFrame([{"model_name": p.name, "poisoned": p.poisoned, **p.factors,
+                        **{f"{k}_level": v for k, v in p.levels.items()}} for p in plans])
+    inspect = {value: n for col, value, n in factor_counts(df) if col == "model_architecture"}
+    rows = factor_marginals(preset, df)
+    arch = next(r for r in rows if r["factor"] == "model_architecture")
+    assert arch["models"] == inspect and sum(inspect.values()) == 12 and arch["n"] == 6
+    console = Console(file=io.StringIO(), width=200)
+    print_audit({"preset": preset.name, "preset_version": preset.version, "models": 12, "poisoned": 6,
+                 "shortcut": {"facts": []}, "factors": rows,
+                 "converged": {"all": {"n": 0, "converged": 0, "rate": None}, "by_split": {}, "by_label": {}}},
+                console)
+    line = next(ln for ln in console.file.getvalue().splitlines() if "model_architecture" in ln)
+    shown = ", ".join(f"{value} {n}" for value, n in inspect.items())
+    assert shown in line and "12 (6 pairs)" in line, line
+    from trojanscope.rounds.summary import level_counts
+
+    assert list(level_counts(pd.Series([1024, 256, None, 256]))) == ["256", "1024", "—"]  # numbers as numbers
+
+
 def test_matched_pairs_keep_each_pair_in_one_fold() -> None:
     """A fact that both members of a matched pair share carries no label, yet folds that split pairs score it far
     below 0.5 (the held-out model's partner, of the other label, stays in training); pair-kept folds give 0.5."""

@@ -37,6 +37,7 @@ from trojanscope.fsutil import atomic_write_text, file_sha256
 from trojanscope.models.layout import find_examples_dir, list_model_dirs, read_config, read_examples, read_metadata
 from trojanscope.rounds.factors import is_matched, model_index
 from trojanscope.rounds.preset import AnyPreset, ImagePreset, Preset, load_preset
+from trojanscope.rounds.summary import level_counts
 
 AUDIT_FILE = "audit.json"
 AUDIT_FORMAT = 2  # 2: a matched-pairs round's shortcut folds keep each pair together
@@ -238,6 +239,7 @@ def factor_marginals(preset: AnyPreset, df: pd.DataFrame) -> list[dict[str, Any]
     y = df["poisoned"].astype(bool).to_numpy()
     n_p = int(y.sum())
     out = [_chi_row("poisoned", [len(y) - n_p, n_p], [1 - preset.poisoned_fraction, preset.poisoned_fraction])]
+    out[0]["models"] = level_counts(df["poisoned"].astype(bool))
     for column, k in _design_levels(preset).items():
         lv = f"{column}_level"
         if k < 2 or lv not in df:
@@ -255,6 +257,8 @@ def factor_marginals(preset: AnyPreset, df: pd.DataFrame) -> list[dict[str, Any]
             drawn = sub[~pd.Series(pairs).duplicated().to_numpy()]
         counts = np.bincount(drawn[lv].astype(int).to_numpy(), minlength=k)[:k].tolist()
         row = _chi_row(column, counts, [1 / k] * k)
+        if column in sub:  # what the table shows: models per level, counted as `zoo inspect` counts them
+            row["models"] = level_counts(sub[column])
         if drawn is not sub:
             row["counted"] = "once per matched pair"
         labels = sub["poisoned"].astype(bool).to_numpy()
@@ -586,6 +590,23 @@ def _fmt(v: float | None) -> str:
     return "—" if v is None else f"{v:.3f}"
 
 
+def _marginal_cells(row: dict[str, Any]) -> tuple[str, str, str]:
+    """(models, counts, expected) of a factor row: models per level by name, as `zoo inspect` counts them; a
+    factor tested once per matched pair says how many pairs its chi-square counted. An audit.json written
+    before rows carried ``models`` shows the chi-square's own counts."""
+    models = row.get("models")
+    if not models:
+        return str(row["n"]), str(row["counts"]), str(row["expected"])
+    total = sum(models.values())
+    scale = total / row["n"] if row["n"] else 1.0
+    n = f"{total} ({row['n']} pairs)" if row.get("counted") else str(total)
+    expected = "[" + ", ".join(f"{e * scale:g}" for e in row["expected"]) + "]"
+    counts = ", ".join(f"{value} {count}" for value, count in models.items())
+    if len(models) < len(row["counts"]):  # a level no model drew has no name in METADATA
+        counts += f", {len(row['counts']) - len(models)} more level(s) 0"
+    return n, counts, expected
+
+
 def print_audit(audit: dict[str, Any], console: Any = None) -> None:
     """The audit as tables: shortcut AUCs, factor tests, natural trojans and converged rates."""
     from rich.console import Console
@@ -602,12 +623,12 @@ def print_audit(audit: dict[str, Any], console: Any = None) -> None:
         t.add_row(row["fact"], _fmt(row.get("auc")), f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else row.get("note", "—"))
     console.print(t)
     f = Table(title="factor marginals (chi-square vs design; p < 0.01 flagged)")
-    for col in ("factor", "n", "counts", "expected", "p", "p vs label"):
+    for col in ("factor", "models", "counts", "expected", "p", "p vs label"):
         f.add_column(col)
     for row in audit["factors"]:
         flag = " !" if row["p"] is not None and row["p"] < 0.01 else ""
-        f.add_row(row["factor"], str(row["n"]), str(row["counts"]), str(row["expected"]), _fmt(row["p"]) + flag,
-                  _fmt(row.get("p_vs_label")))  # fmt: skip
+        n, counts, expected = _marginal_cells(row)
+        f.add_row(row["factor"], n, counts, expected, _fmt(row["p"]) + flag, _fmt(row.get("p_vs_label")))
     console.print(f)
     nat = audit.get("natural_trojans")
     if nat is not None:
