@@ -197,10 +197,50 @@ def test_report_header_gives_the_parameter_file_and_its_hash(zoo: Path, tmp_path
     run = {"detector": "default", "params": None, "params_file": str(shipped),
            "params_file_sha256": file_sha256(shipped), "trojanscope_version": "9.9", "trojanscope_commit": "abc"}
     assert provenance_rows(run) == [("trojanscope", "9.9 (git commit abc)"), ("detector", "default"),
-                                    ("parameters", f"{shipped} (sha256 {file_sha256(shipped)})")]
+                                    ("parameters", f"{shipped} (sha256 {file_sha256(shipped)}; shipped with "
+                                                   "default, no --params given)")]
+    given = {**run, "params": str(shipped)}  # --params named the same file: nothing to explain
+    assert provenance_rows(given)[2] == ("parameters", f"{shipped} (sha256 {file_sha256(shipped)})")
     old = {"command": ["python3", "d.py"]}  # a run.json written before these fields existed
     assert provenance_rows(old) == [("trojanscope", "version not recorded"), ("detector", "command python3 d.py"),
                                     ("parameters", "not recorded (an external command reads its own)")]
+
+
+def test_report_settings_name_the_parameter_file_the_header_names(zoo: Path, tmp_path: Path) -> None:
+    # `evaluate --detector default` without --params reads the shipped default.json: the settings table used
+    # to say "params –" under a header naming that file
+    import re
+
+    from trojanscope.detectors import shipped_params_file
+    from trojanscope.fsutil import file_sha256
+
+    evaluate(zoo, tmp_path, detector="constant", progress=False)
+    run = json.loads((tmp_path / "run.json").read_text())
+    shipped = shipped_params_file("default")
+    run.update(detector="default", params=None, params_file=str(shipped), params_file_sha256=file_sha256(shipped))
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    write_report(tmp_path)
+    html, md = (tmp_path / "report.html").read_text(), (tmp_path / "report.md").read_text()
+    said = f"{shipped} (sha256 {file_sha256(shipped)}; shipped with default, no --params given)"
+    assert f"<th>parameters</th><td><code>{said}</code>" in html and f"Parameters: {said}" in md
+    assert re.search(r"<tr><td>params</td><td>([^<]*)</td>", html).group(1) == said, html
+    assert re.search(r"<tr><td>time_limit_s</td><td>600.0</td>", html)  # the other settings as run.json has them
+
+
+def test_histogram_legend_sits_outside_the_bars(monkeypatch) -> None:
+    from trojanscope.scoring import plots
+
+    seen = []
+    monkeypatch.setattr(plots, "_render", lambda fig: seen.append(fig) or fig)
+    y = np.array([0] * 20 + [1] * 20)
+    p = np.r_[np.full(20, 0.45), np.full(20, 0.55)]  # an undecided detector: tall bars in the middle
+    fig = plots.histogram_figure(y, p)
+    fig.tight_layout()
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend, frame = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert legend.y1 <= frame.y0 and legend.y0 >= 0, (legend, frame)  # below the axes, inside the figure
+    plots._plt().close(fig)
 
 
 def test_evaluate_records_what_the_report_header_needs(zoo: Path, tmp_path: Path) -> None:

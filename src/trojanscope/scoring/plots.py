@@ -93,7 +93,9 @@ def histogram_figure(y: np.ndarray, p: np.ndarray) -> Figure:
     ax.hist(p[y == 1], bins=edges, color=POISONED, alpha=0.65, label=f"poisoned (n={int((y == 1).sum())})")
     ax.axvline(0.5, color=GREY, lw=0.8, ls="--")
     ax.set(xlim=(0, 1), xlabel="predicted P(poisoned)", ylabel="models", title="Scores by class")
-    ax.legend(loc="upper center", fontsize=8)
+    # outside the axes, under the x label: inside, it covered bars wherever the scores piled up
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=2, fontsize=8, handlelength=1.2,
+              columnspacing=1.0)
     return _render(fig)
 
 

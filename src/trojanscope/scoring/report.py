@@ -117,6 +117,7 @@ def write_report(run_dir: Path | str, zoo: Path | str | None = None) -> tuple[Pa
         "title": title, "run": {**run, "command": command_text(run) or None},
         "zoo": str(zoo_path), "scores": scores, "fmt": _fmt, "help": METRIC_HELP,
         "headline": headline(scores), "provenance": provenance_rows(run), "small_n": small_n_warning(scores),
+        "settings": settings_rows({**run, "command": command_text(run) or None}),
         "figures": [(t, cap, _b64(fig.png), f"report-{slug}.svg") for slug, t, cap, fig in figures],
         "factors": factors.to_dict("records"), "failed": failed.head(50).to_dict("records"),
         "n_failed_total": len(failed), "missing_truth": scores["missing_ground_truth"],
@@ -164,13 +165,27 @@ def provenance_rows(run: dict[str, Any]) -> list[tuple[str, str]]:
     if run.get("trojanscope_commit"):
         code += f" (git commit {run['trojanscope_commit']})"
     if params:
-        used = f"{params} (sha256 {digest or 'not recorded'})"
+        shipped = run.get("detector") and not run.get("params") and run.get("params_file")
+        note = f"; shipped with {run['detector']}, no --params given" if shipped else ""
+        used = f"{params} (sha256 {digest or 'not recorded'}{note})"
     elif run.get("detector"):
         used = "none (this detector reads no parameter file)"
     else:
         used = "not recorded (an external command reads its own)"
     detector = run.get("detector") or (f"command {command}" if command else "not recorded")
     return [("trojanscope", code), ("detector", detector), ("parameters", used)]
+
+
+SETTINGS = ("detector", "params", "command", "seed", "workers", "time_limit_s", "n_models", "started", "finished",
+            "python", "platform", "cpus")
+
+
+def settings_rows(run: dict[str, Any]) -> list[tuple[str, str]]:
+    """The run settings table: run.json's fields, except that ``params`` says what the header's *parameters*
+    row says (the file the detector read, shipped or given), not only whether --params was given."""
+    parameters = dict(provenance_rows(run))["parameters"]
+    return [(key, parameters if key == "params" else "–" if run.get(key) is None else str(run[key]))
+            for key in SETTINGS]
 
 
 def small_n_warning(scores: dict[str, Any]) -> str | None:
