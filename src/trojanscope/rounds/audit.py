@@ -598,12 +598,12 @@ def _marginal_cells(row: dict[str, Any]) -> tuple[str, str, str]:
     if not models:
         return str(row["n"]), str(row["counts"]), str(row["expected"])
     total = sum(models.values())
-    scale = total / row["n"] if row["n"] else 1.0
     n = f"{total} ({row['n']} pairs)" if row.get("counted") else str(total)
-    expected = "[" + ", ".join(f"{e * scale:g}" for e in row["expected"]) + "]"
+    per_model = [total / len(row["expected"])] * len(row["expected"]) if row.get("counted") else row["expected"]
+    expected = "[" + ", ".join(f"{round(e, 2):g}" for e in per_model) + "]"  # pairs: the design's uniform levels
     counts = ", ".join(f"{value} {count}" for value, count in models.items())
     if len(models) < len(row["counts"]):  # a level no model drew has no name in METADATA
-        counts += f", {len(row['counts']) - len(models)} more level(s) 0"
+        counts += ", others 0"
     return n, counts, expected
 
 

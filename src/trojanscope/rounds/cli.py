@@ -112,7 +112,8 @@ def register(app: typer.Typer, zoo: typer.Typer) -> None:
         (file size, parameter count, architecture, epochs trained, best epoch, training time, attempts,
         global weight norm, BatchNorm batch counter), one per fact and all together, with bootstrap 95%
         intervals (0.5 = no leak; in a matched-pairs round each pair stays in one fold). Factor marginals:
-        chi-square of each factor against the preset's design and against the label. Natural trojans: the
+        chi-square of each factor against the preset's design and against the label, beside its models per
+        level as `zoo inspect` counts them (a matched-pairs factor is tested once per pair). Natural trojans: the
         round's pool triggers (image rounds: 6-px colour squares on a grid) applied to clean models' clean
         examples; a model counts when some trigger flips a class at the triggered bar.
         Converged rate per split and label; replaced draws per label (replacements.log) with a binomial
