@@ -49,28 +49,103 @@ class EvaluationResult:
     scores: dict[str, Any]  # metrics.score_all over models with ground truth, plus n_failed, missing_ground_truth
 
 
-def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, params: Path | str | None = None,
-             command: str | Sequence[str] | None = None, workers: int = 1, time_limit_s: float = 600.0,
-             models: Sequence[Path] | None = None, limits: ResourceLimits | None = None,
-             env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
-             in_model_copy: bool = False, seed: int = 0, progress: bool = True, retry_failed: bool = False,
-             executor: str = "local", explain: bool = False) -> EvaluationResult:
-    """Run a detector over ``zoo`` (or the subset ``models``) and score it; resumes an interrupted run.
+# option -> (its flag on the command line, its default): a default value is no option given
+_COMMAND_ONLY = {"limits": ("--memory-gb", None), "cwd": ("cwd", None), "in_model_copy": ("--in-model-copy", False)}
+_DETECTOR_ONLY = {"params": ("--params", None), "executor": ("--executor", "local"), "explain": ("--explain", False)}
 
-    Exactly one of ``detector`` (a registered name, optionally with a ``params`` file) or
-    ``command`` (a command line, split with :func:`shlex.split`, run once per model with the
-    TrojAI arguments appended) must be given. A crash, timeout, missing, unparsable, NaN or
-    out-of-range answer scores p = 0.5 and is recorded with its reason, and a rerun keeps it (TrojAI's
-    rule); ``retry_failed`` re-runs those models instead, for failures that were not the detector's.
-    ``executor="ray"`` scores a registered detector's models as Ray tasks (:mod:`.ray_runner`).
-    ``in_model_copy`` runs ``command`` with each model's neutral copy as working directory
-    (``./model/model.pt``, ``./model/config.json``, as TrojAI-era detectors expect) and the zoo root first
-    on ``PYTHONPATH`` (its ``model_factories.py``); relative paths in ``command`` that name existing files
-    are then made absolute from ``cwd``.
 
-    Explanations (:mod:`trojanscope.detectors.explain`): a ``command`` that writes one beside its result file has
-    it kept as ``out/explanations/<model>.json``; a registered ``detector`` computes one per model with
-    ``explain`` (local executor). ``scores.json`` then adds the explanation scores (:mod:`.explanations`).
+def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None,
+             command: str | Sequence[str] | None = None, **options: Any) -> EvaluationResult:
+    """:func:`evaluate_detector` (``detector=``) or :func:`evaluate_command` (``command=``): exactly one, with
+    only that mode's options (an option of the other mode is refused in one line)."""
+    if (detector is None) == (command is None):
+        raise ConfigError("give exactly one of --detector NAME or --command \"CMD\"")
+    other = _COMMAND_ONLY if detector is not None else _DETECTOR_ONLY
+    for key, (flag, default) in other.items():
+        if options.get(key, default) != default:
+            if key == "executor":
+                raise ConfigError(f"--executor {options[key]} runs registered detectors (--detector); a --command "
+                                  "runs on this machine")
+            mode = "--command only; a registered --detector runs in-process" if key in _COMMAND_ONLY else \
+                "a registered --detector only, not --command"
+            raise ConfigError(f"{flag} applies to {mode}")
+        options.pop(key, None)
+    if detector is not None:
+        return evaluate_detector(zoo, out, detector, **options)
+    return evaluate_command(zoo, out, command, **options)
+
+
+def evaluate_detector(zoo: Path | str, out: Path | str, detector: str, *, params: Path | str | None = None,
+                      executor: str = "local", explain: bool = False, workers: int = 1, time_limit_s: float = 600.0,
+                      models: Sequence[Path] | None = None, env: Mapping[str, str] | None = None, seed: int = 0,
+                      progress: bool = True, retry_failed: bool = False) -> EvaluationResult:
+    """Score a registered detector (``name`` or ``"module:Class"``, with an optional ``params`` file) over ``zoo``
+    in killable worker processes (``executor="ray"``: as Ray tasks, :mod:`.ray_runner`). With ``explain`` (local
+    executor) each model is also explained (:mod:`trojanscope.detectors.explain`) and ``scores.json`` adds the
+    explanation scores (:mod:`.explanations`). What every run shares: :func:`_run`."""
+    if executor not in ("local", "ray"):
+        raise ConfigError(f"--executor must be local or ray, got {executor!r}")
+    if explain and executor != "local":
+        raise ConfigError("--explain computes explanations with the local executor")
+    _check_detector(detector, params)
+
+    def runner(zoo: Path, scratch: Path, out: Path, explain_dir: Path) -> Any:
+        if executor == "ray":
+            from trojanscope.scoring.ray_runner import RayRunner
+
+            return RayRunner(detector, str(params) if params else None, zoo=zoo, scratch=scratch,
+                             workers=workers, time_limit_s=time_limit_s, env=env)
+        return InProcessRunner(detector, str(params) if params else None, zoo=zoo, scratch=scratch,
+                               log_dir=out / "logs", workers=workers, time_limit_s=time_limit_s, env=env,
+                               explain_dir=explain_dir if explain else None)
+
+    settings = {"detector": detector, "params": str(params) if params else None,
+                "params_sha256": file_sha256(params) if params else None, "command": None}
+    return _run(zoo, out, settings, runner, label=detector, workers=workers, time_limit_s=time_limit_s,
+                models=models, env=env, seed=seed, progress=progress, retry_failed=retry_failed,
+                info={"cwd": None, "in_model_copy": False, "limits": None, "explain": explain,
+                      **_params_used(detector, params)})
+
+
+def evaluate_command(zoo: Path | str, out: Path | str, command: str | Sequence[str], *,
+                     limits: ResourceLimits | None = None, cwd: Path | str | None = None, in_model_copy: bool = False,
+                     workers: int = 1, time_limit_s: float = 600.0, models: Sequence[Path] | None = None,
+                     env: Mapping[str, str] | None = None, seed: int = 0, progress: bool = True,
+                     retry_failed: bool = False) -> EvaluationResult:
+    """Score an outside detector: ``command`` (split with :func:`shlex.split`) runs once per model with the TrojAI
+    arguments appended, in its own process group under ``limits``, from ``cwd``. ``in_model_copy`` runs it with
+    each model's neutral copy as working directory (``./model/model.pt``, ``./model/config.json``, as
+    TrojAI-era detectors expect) and the zoo root first on ``PYTHONPATH`` (its ``model_factories.py``); relative
+    paths in ``command`` that name existing files are then made absolute from ``cwd``. An explanation the command
+    writes beside its result file is kept as ``out/explanations/<model>.json`` and scored. What every run
+    shares: :func:`_run`."""
+    argv = _resolve_command(command, cwd)
+    if in_model_copy:
+        base = Path(cwd) if cwd else Path.cwd()
+        argv = [str((base / a).resolve()) if not Path(a).is_absolute() and (base / a).is_file() else a
+                for a in argv]
+
+    def runner(zoo: Path, scratch: Path, out: Path, explain_dir: Path) -> Any:
+        return SubprocessRunner(argv, zoo=zoo, scratch=scratch, log_dir=out / "logs", workers=workers,
+                                time_limit_s=time_limit_s, limits=limits, env=env, cwd=Path(cwd) if cwd else None,
+                                in_model_copy=in_model_copy, explain_dir=explain_dir)
+
+    settings = {"detector": None, "params": None, "params_sha256": None, "command": argv}
+    return _run(zoo, out, settings, runner, label=argv[0], workers=workers, time_limit_s=time_limit_s,
+                models=models, env=env, seed=seed, progress=progress, retry_failed=retry_failed,
+                info={"cwd": str(cwd) if cwd else None, "in_model_copy": in_model_copy,
+                      "limits": limits.__dict__ if limits else None, "explain": False,
+                      "params_file": None, "params_file_sha256": None})
+
+
+def _run(zoo: Path | str, out: Path | str, mode: dict[str, Any], make_runner: Any, *, label: str, workers: int,
+         time_limit_s: float, models: Sequence[Path] | None, env: Mapping[str, str] | None, seed: int,
+         progress: bool, retry_failed: bool, info: dict[str, Any]) -> EvaluationResult:
+    """Run over ``zoo`` (or the subset ``models``) and score; resumes an interrupted run.
+
+    Models run in an order shuffled by ``seed`` from neutral copies. A crash, timeout, missing, unparsable, NaN
+    or out-of-range answer scores p = 0.5 and is recorded with its reason, and a rerun keeps it (TrojAI's rule);
+    ``retry_failed`` re-runs those models instead, for failures that were not the detector's.
 
     Every argument is checked before ``out`` is created. One run per ``out`` at a time: a second call fails at
     once (an exclusive lock on ``out/.evaluate.lock`` held for the whole run). ``run.json`` records the zoo
@@ -78,31 +153,12 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
     another zoo.
     """
     zoo, out = Path(zoo), Path(out)
-    if (detector is None) == (command is None):
-        raise ConfigError("give exactly one of --detector NAME or --command \"CMD\"")
     if workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {workers}")
-    if executor not in ("local", "ray"):
-        raise ConfigError(f"--executor must be local or ray, got {executor!r}")
-    if explain and (command is not None or executor != "local"):
-        raise ConfigError("--explain computes explanations with a registered --detector on the local executor; a "
-                          "--command's own explanation files are kept without it")
-    if executor == "ray" and command is not None:
-        raise ConfigError("--executor ray runs registered detectors (--detector); a --command runs on this machine")
     if not time_limit_s > 0:
         raise ConfigError(f"--time-limit must be positive, got {time_limit_s}")
     model_dirs = _select_models(zoo, models)
-    if in_model_copy and command is None:
-        raise ConfigError("--in-model-copy applies to --command only; a registered --detector runs in-process")
-    argv = _resolve_command(command, cwd) if command is not None else None
-    if argv is not None and in_model_copy:
-        base = Path(cwd) if cwd else Path.cwd()
-        argv = [str((base / a).resolve()) if not Path(a).is_absolute() and (base / a).is_file() else a
-                for a in argv]
-    if detector is not None:
-        _check_detector(detector, params)
-    settings = {"zoo": str(zoo.resolve()), "detector": detector, "params": str(params) if params else None,
-                "params_sha256": file_sha256(params) if params else None, "command": argv, "seed": seed}
+    settings = {"zoo": str(zoo.resolve()), **mode, "seed": seed}
     out = check_writable_dir(out)  # only once every argument is checked: a refused call leaves no folder
     with _one_run_per_folder(out):
         previous = _previous_run(out)
@@ -125,12 +181,10 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
         model_hashes = {**recorded, **hashes}  # a stale row is gone from results.csv: it reruns whatever happens
         covered = _covered_models(out, previous, names if models is not None else None)
         run_info = {**settings, "workers": workers, "time_limit_s": time_limit_s, "n_models": len(names),
-                    "models": covered, "cwd": str(cwd) if cwd else None, "in_model_copy": in_model_copy,
-                    "limits": limits.__dict__ if limits else None, "env_keys": sorted(env) if env else [],
-                    "explain": explain,
+                    "models": covered, "env_keys": sorted(env) if env else [],
                     "started": started, "finished": None, "python": sys.version.split()[0],
                     "platform": platform.platform(), "cpus": os.cpu_count(), "model_sha256": model_hashes,
-                    "zoo_sha256": zoo_sha256(model_hashes), **_params_used(detector, params), **provenance()}
+                    "zoo_sha256": zoo_sha256(model_hashes), **info, **provenance()}
         atomic_write_json(out / "run.json", run_info)  # written first: a resumed run is checked against it
         t0 = time.perf_counter()
         if todo:
@@ -139,7 +193,7 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
             explain_dir = out / "explanations"
             explain_dir.mkdir(exist_ok=True)
             scratch = Path(tempfile.mkdtemp(prefix="trojanscope-eval-"))
-            bar = _progress_bar(len(names), len(names) - len(todo), detector or (argv or [""])[0], progress)
+            bar = _progress_bar(len(names), len(names) - len(todo), label, progress)
             failures = 0
 
             def on_outcome(outcome: Outcome) -> None:
@@ -151,20 +205,7 @@ def evaluate(zoo: Path | str, out: Path | str, *, detector: str | None = None, p
                     bar.update(1)
 
             try:
-                if argv is not None:
-                    runner: Any = SubprocessRunner(argv, zoo=zoo, scratch=scratch, log_dir=out / "logs",
-                                                   workers=workers, time_limit_s=time_limit_s, limits=limits,
-                                                   env=env, cwd=Path(cwd) if cwd else None,
-                                                   in_model_copy=in_model_copy, explain_dir=explain_dir)
-                elif executor == "ray":
-                    from trojanscope.scoring.ray_runner import RayRunner
-
-                    runner = RayRunner(detector, str(params) if params else None, zoo=zoo, scratch=scratch,
-                                       workers=workers, time_limit_s=time_limit_s, env=env)
-                else:
-                    runner = InProcessRunner(detector, str(params) if params else None, zoo=zoo, scratch=scratch,
-                                             log_dir=out / "logs", workers=workers, time_limit_s=time_limit_s,
-                                             env=env, explain_dir=explain_dir if explain else None)
+                runner = make_runner(zoo, scratch, out, explain_dir)
                 runner.run(todo, on_outcome)
             finally:
                 if bar is not None:
