@@ -105,6 +105,23 @@ def build(side: str, tree: Path, cache: Path, out: Path, args) -> dict:
     return res
 
 
+def build_seconds(zoo: Path) -> dict[str, float]:
+    """Summed per-draw build times (model_stats.json timing, every draw incl. failed/): CPU-bound seconds of
+    one worker, free of the idle tail a small zoo's last redraws leave on the other workers."""
+    out = {"total": 0.0, "encode": 0.0, "train": 0.0, "train_gru": 0.0, "train_lstm": 0.0, "draws": 0}
+    for d in model_dirs(zoo).values():
+        stats = json.loads((d / "model_stats.json").read_text())
+        t, arch = stats["timing"], stats["metadata"].get("model_architecture", "")
+        out["total"] += t["total_s"]
+        out["encode"] += t["encode_s"]
+        out["train"] += t["train_s"]
+        key = "train_gru" if arch == "GruLinear" else "train_lstm" if arch == "LstmLinear" else None
+        if key:
+            out[key] += t["train_s"]
+        out["draws"] += 1
+    return out
+
+
 def model_dirs(zoo: Path) -> dict[str, Path]:
     dirs = {d.name: d for d in (zoo / "models").glob("id-*") if d.is_dir()}
     dirs.update({f"failed/{d.name}": d for d in (zoo / "failed").glob("id-*") if d.is_dir()})
@@ -171,6 +188,13 @@ def main() -> None:
         print(f"{side} ({commits[side][:10]}): {', '.join(f'{w:.1f} s' for w in walls[side])} -> "
               f"{rate[side]:.1f} models/h")
     print(f"speed-up head / base: {rate['head'] / rate['base']:.2f}x")
+    print("\nper-draw build seconds summed over each zoo's draws (release + failed/), per run:")
+    for side in ("base", "head"):
+        for zoo in zoos[side]:
+            b = build_seconds(zoo)
+            print(f"  {side} {zoo.name}: {b['draws']} draws, build {b['total']:.0f} s = encode {b['encode']:.0f} s + "
+                  f"train {b['train']:.0f} s (GRU {b['train_gru']:.0f} s, LSTM {b['train_lstm']:.0f} s) + other "
+                  f"{b['total'] - b['encode'] - b['train']:.0f} s")
     rows = compare(zoos["base"][0], zoos["head"][0])
     print("\nmodel                      arch        adv   poisoned  same bytes  max |dw|    max |dacc|  clean  trig")
     for r in rows:
