@@ -58,97 +58,98 @@ class _CorporaCommand(TyperCommand):
             return sub.command.invoke(sub)
 
 
+def fetch(
+    names: list[str] = typer.Argument(None, metavar="[NAME]...", help="Data sets to download (default: all)."),
+    to: Path = typer.Option(None, "--to", metavar="DIR", help="Data folder to fill; default $TROJANSCOPE_DATA, "
+                            "else the user data folder (~/.local/share/trojanscope/data)."),
+    force: bool = typer.Option(False, "--force", help="Download and unpack again even if the files are there."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars (on a terminal)."),
+) -> None:
+    from trojanscope.data.fetch import fetch as run_fetch
+    from trojanscope.data.sources import NO_UPSTREAM
+    from trojanscope.settings import data_root_target
+
+    root = data_root_target(to)
+    run_fetch(names or None, root, force=force, progress=progress, echo=typer.echo)
+    if any(name in NO_UPSTREAM for name in names or []):
+        raise typer.Exit(1)  # a data set asked for by name could not be fetched
+
+
 def _fetch_command(markup: Any) -> click.Command:
     fetch_app = typer.Typer(add_completion=False, rich_markup_mode=markup)
-
-    @fetch_app.command("fetch", help=FETCH_HELP)
-    def fetch(
-        names: list[str] = typer.Argument(None, metavar="[NAME]...", help="Data sets to download (default: all)."),
-        to: Path = typer.Option(None, "--to", metavar="DIR", help="Data folder to fill; default $TROJANSCOPE_DATA, "
-                                "else the user data folder (~/.local/share/trojanscope/data)."),
-        force: bool = typer.Option(False, "--force", help="Download and unpack again even if the files are there."),
-        progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars (on a terminal)."),
-    ) -> None:
-        from trojanscope.data.fetch import fetch as run_fetch
-        from trojanscope.data.sources import NO_UPSTREAM
-        from trojanscope.settings import data_root_target
-
-        root = data_root_target(to)
-        run_fetch(names or None, root, force=force, progress=progress, echo=typer.echo)
-        if any(name in NO_UPSTREAM for name in names or []):
-            raise typer.Exit(1)  # a data set asked for by name could not be fetched
-
+    fetch_app.command("fetch", help=FETCH_HELP)(fetch)
     return typer.main.get_command(fetch_app)
+
+
+def corpora(
+    names: list[str] = typer.Argument(None, help="Data sets to read (default: all text corpora and image sets)."),
+    data_root: Path = typer.Option(None, "--data-root", help="Corpora folder; default $TROJANSCOPE_DATA, else "
+                                   "the user data folder `trojanscope corpora fetch` fills."),
+    count: bool = typer.Option(False, "--count", help="Read each data set and print samples per source, split "
+                               "and label, and how many remain after de-duplication (IMDB takes seconds); "
+                               "for image sets, how many images load. A data set that is missing or unreadable "
+                               "is marked with the file it was looked for in, and the rest are still read."),
+) -> None:
+    """List the data sets a round preset can name, optionally counting them.
+
+    Text corpora are named in `data.sources[].corpus`; labels are 0 = negative, 1 = positive (dynasent:
+    0 negative, 1 neutral, 2 positive). Image presets read one sign set (`images.signs`, folder
+    signs/NAME) and every road scene under backgrounds/. With --count the last line says how many were
+    found; the exit status is 1 when a data set named on the command line is missing, or when none of
+    them is found (a partial data folder listed whole is not an error). Example:
+
+      trojanscope corpora --count sst uci signs/nist_synthetic --data-root /path/to/data
+
+    Download data sets with `trojanscope corpora fetch NAME...` (see `trojanscope corpora fetch --help`);
+    without --data-root and TROJANSCOPE_DATA both commands use the user data folder
+    (~/.local/share/trojanscope/data, or $XDG_DATA_HOME/trojanscope/data).
+    """
+    from trojanscope.data import CORPORA, SIGN_FAMILIES, class_names
+    from trojanscope.data.sources import SOURCES
+    from trojanscope.errors import DataError
+    from trojanscope.settings import data_root as resolve_root
+    from trojanscope.settings import default_data_root
+
+    images = {f"signs/{f}": f"sign foregrounds (RGBA PNG) an image preset names as images.signs = \"{f}\""
+              for f in SIGN_FAMILIES}
+    images["backgrounds"] = "road scenes (JPEG/PNG, any depth) every image preset composites its signs on"
+    for name in names or []:
+        if name not in images:
+            CORPORA.get(name)  # an unknown name fails before any reading
+    chosen = names or [*CORPORA.names(), *images]
+    root = resolve_root(data_root) if count else None  # no data folder at all: one error line, nothing listed
+    width = max(len(n) for n in chosen)
+    missing = []
+    for name in chosen:
+        if name in images:
+            typer.echo(f"{name:{width}} {images[name]}")
+        else:
+            typer.echo(f"{name:{width}} {CORPORA.help(name)}  [classes: {', '.join(class_names(name))}]")
+        if not count:
+            continue
+        try:
+            lines = _count_images(name, root) if name in images else _count_corpus(name, root)
+        except DataError as exc:
+            missing.append(name)
+            lines = [f"missing: {exc}"]
+        for line in lines:
+            typer.echo(f"    {line}")
+    if count:
+        found = len(chosen) - len(missing)
+        typer.echo(f"found {found} of {len(chosen)} data sets in {root}"
+                   + (f"; missing: {', '.join(missing)}" if missing else ""))
+        fetchable = [name for name in missing if name in SOURCES]
+        if fetchable:
+            where = "" if root == default_data_root() else f" --to {root}"
+            typer.echo(f"download the missing ones with: trojanscope corpora fetch {' '.join(fetchable)}{where}")
+        if missing and (names or not found):
+            raise typer.Exit(1)
 
 
 def register(app: typer.Typer, zoo: typer.Typer) -> None:  # noqa: ARG001 - zoo sub-app unused here
     """Add ``corpora`` (and ``corpora fetch``) to the top-level CLI."""
     _CorporaCommand.fetch = _fetch_command(app.rich_markup_mode)
-
-    @app.command("corpora", cls=_CorporaCommand)
-    def corpora(
-        names: list[str] = typer.Argument(None, help="Data sets to read (default: all text corpora and image sets)."),
-        data_root: Path = typer.Option(None, "--data-root", help="Corpora folder; default $TROJANSCOPE_DATA, else "
-                                       "the user data folder `trojanscope corpora fetch` fills."),
-        count: bool = typer.Option(False, "--count", help="Read each data set and print samples per source, split "
-                                   "and label, and how many remain after de-duplication (IMDB takes seconds); "
-                                   "for image sets, how many images load. A data set that is missing or unreadable "
-                                   "is marked with the file it was looked for in, and the rest are still read."),
-    ) -> None:
-        """List the data sets a round preset can name, optionally counting them.
-
-        Text corpora are named in `data.sources[].corpus`; labels are 0 = negative, 1 = positive (dynasent:
-        0 negative, 1 neutral, 2 positive). Image presets read one sign set (`images.signs`, folder
-        signs/NAME) and every road scene under backgrounds/. With --count the last line says how many were
-        found; the exit status is 1 when a data set named on the command line is missing, or when none of
-        them is found (a partial data folder listed whole is not an error). Example:
-
-          trojanscope corpora --count sst uci signs/nist_synthetic --data-root /path/to/data
-
-        Download data sets with `trojanscope corpora fetch NAME...` (see `trojanscope corpora fetch --help`);
-        without --data-root and TROJANSCOPE_DATA both commands use the user data folder
-        (~/.local/share/trojanscope/data, or $XDG_DATA_HOME/trojanscope/data).
-        """
-        from trojanscope.data import CORPORA, SIGN_FAMILIES, class_names
-        from trojanscope.data.sources import SOURCES
-        from trojanscope.errors import DataError
-        from trojanscope.settings import data_root as resolve_root
-        from trojanscope.settings import default_data_root
-
-        images = {f"signs/{f}": f"sign foregrounds (RGBA PNG) an image preset names as images.signs = \"{f}\""
-                  for f in SIGN_FAMILIES}
-        images["backgrounds"] = "road scenes (JPEG/PNG, any depth) every image preset composites its signs on"
-        for name in names or []:
-            if name not in images:
-                CORPORA.get(name)  # an unknown name fails before any reading
-        chosen = names or [*CORPORA.names(), *images]
-        root = resolve_root(data_root) if count else None  # no data folder at all: one error line, nothing listed
-        width = max(len(n) for n in chosen)
-        missing = []
-        for name in chosen:
-            if name in images:
-                typer.echo(f"{name:{width}} {images[name]}")
-            else:
-                typer.echo(f"{name:{width}} {CORPORA.help(name)}  [classes: {', '.join(class_names(name))}]")
-            if not count:
-                continue
-            try:
-                lines = _count_images(name, root) if name in images else _count_corpus(name, root)
-            except DataError as exc:
-                missing.append(name)
-                lines = [f"missing: {exc}"]
-            for line in lines:
-                typer.echo(f"    {line}")
-        if count:
-            found = len(chosen) - len(missing)
-            typer.echo(f"found {found} of {len(chosen)} data sets in {root}"
-                       + (f"; missing: {', '.join(missing)}" if missing else ""))
-            fetchable = [name for name in missing if name in SOURCES]
-            if fetchable:
-                where = "" if root == default_data_root() else f" --to {root}"
-                typer.echo(f"download the missing ones with: trojanscope corpora fetch {' '.join(fetchable)}{where}")
-            if missing and (names or not found):
-                raise typer.Exit(1)
+    app.command("corpora", cls=_CorporaCommand)(corpora)
 
 
 def _count_corpus(name: str, root: Path) -> list[str]:

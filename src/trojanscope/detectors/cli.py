@@ -38,152 +38,160 @@ _EXPLAIN_HELP = (
 )
 
 
+_FIT_HELP = (
+    "Fit a detector's parameters on a training zoo and save them as JSON (never a pickle).\n\n"
+    "Only the contract inputs of each model are read, plus its ground_truth.csv label. The "
+    "shipped default parameters are one fit over train zoos of every text preset:\n\n"
+    "  trojanscope detect fit --zoo zoos/r5-train --zoo zoos/r6-train --zoo zoos/ds-train "
+    "--detector default --out src/trojanscope/detectors/params/default.json\n\n"
+    "--zoo may be repeated: the models of every zoo are fitted as one set (the exact recipe: "
+    "docs/detectors.md, 'The shipped parameters'). Models a zoo's METADATA marks unconverged "
+    "are left out.\n\n"
+    "Parameters are JSON: a pickle or joblib file would run code when loaded."
+)
+
+
+def contract(
+    ctx: typer.Context,
+    model_filepath: Path = typer.Option(None, "--model_filepath", help="The classifier's model.pt."),
+    result_filepath: Path = typer.Option(None, "--result_filepath", help="Where to write P(trojaned)."),
+    scratch_dirpath: Path = typer.Option(None, "--scratch_dirpath", help="A folder the detector may write to."),
+    examples_dirpath: Path = typer.Option(
+        None, "--examples_dirpath", help="Folder of clean example texts class_{c}_example_{k}.txt."
+    ),
+    tokenizer_filepath: Path = typer.Option(None, "--tokenizer_filepath", help="Tokenizer file/folder (optional)."),
+    embedding_filepath: Path = typer.Option(None, "--embedding_filepath", help="Encoder file/folder (optional)."),
+    cls_token_is_first: bool = typer.Option(
+        False, "--cls_token_is_first", help="TrojAI flag: summary = first token (used only without a config)."
+    ),
+    round_training_dataset_dirpath: Path = typer.Option(
+        None, "--round_training_dataset_dirpath", help="Accepted for TrojAI compatibility and ignored."
+    ),
+    detector: str = typer.Option(
+        "default", "--detector", help="Registered detector (see `trojanscope detectors`)."
+    ),
+    params: Path = typer.Option(None, "--params", help="Parameter JSON from `trojanscope detect fit`."),
+    configure_mode: bool = typer.Option(
+        False, "--configure_mode", help="Refit on --configure_models_dirpath and write the parameters into "
+        "--learned_parameters_dirpath instead of scoring a model."),
+    configure_models_dirpath: Path = typer.Option(
+        None, "--configure_models_dirpath", help="Configure mode: labelled training models (a zoo, or a folder "
+        "of model folders each with ground_truth.csv)."),
+    learned_parameters_dirpath: Path = typer.Option(
+        None, "--learned_parameters_dirpath", help="Configure mode writes NAME.json here; otherwise the "
+        "parameters are read from here (default: the detector's shipped parameters)."),
+    explain: bool = typer.Option(
+        False, "--explain", help="Also write RESULT.explanation.json beside --result_filepath: the target "
+        "class, the source class and trigger candidates with their attack success (see `trojanscope "
+        "explain --help`; text models)."),
+) -> None:
+    if ctx.invoked_subcommand is not None:
+        return
+    from trojanscope.errors import ConfigError
+
+    if configure_mode:
+        if configure_models_dirpath is None or learned_parameters_dirpath is None:
+            raise ConfigError("--configure_mode needs --configure_models_dirpath and --learned_parameters_dirpath")
+        from trojanscope.detectors.runner import configure
+
+        det, n = configure(configure_models_dirpath, learned_parameters_dirpath, detector)
+        if det is None:
+            typer.echo(f"detector {detector!r} has nothing to learn; nothing written")
+        else:
+            clf = det.classifier_
+            typer.echo(f"configured {detector} on {n} models: cross-validated CE {clf.cv_cross_entropy:.4f}, "
+                       f"ROC-AUC {clf.cv_roc_auc:.4f}; wrote {learned_parameters_dirpath}/{detector}.json")
+        return
+    if model_filepath is None or result_filepath is None:
+        if model_filepath is None and result_filepath is None and examples_dirpath is None:
+            typer.echo(ctx.get_help())
+            raise typer.Exit(0)
+        raise ConfigError("detect needs --model_filepath and --result_filepath (see `trojanscope detect --help`)")
+    from trojanscope.detectors.runner import run_contract
+
+    p = run_contract(
+        model_filepath, result_filepath, examples_dirpath=examples_dirpath, scratch_dirpath=scratch_dirpath,
+        tokenizer_filepath=tokenizer_filepath, embedding_filepath=embedding_filepath,
+        cls_token_is_first=cls_token_is_first, detector=detector, params=params,
+        learned_parameters_dirpath=learned_parameters_dirpath, explain=explain,
+    )
+    typer.echo(f"{p:.6f}")
+
+
+def explain_command(
+    model_filepath: Path = typer.Option(..., "--model_filepath", help="The classifier's model.pt."),
+    examples_dirpath: Path = typer.Option(..., "--examples_dirpath", help="Its clean example texts "
+                                          "class_{c}_example_{k}.txt."),
+    tokenizer_filepath: Path = typer.Option(None, "--tokenizer_filepath", help="Tokenizer file/folder "
+                                            "(optional)."),
+    embedding_filepath: Path = typer.Option(None, "--embedding_filepath", help="Encoder file/folder (optional)."),
+    detector: str = typer.Option("default", "--detector", help="Registered detector that gives the verdict's "
+                                 "probability (see `trojanscope detectors`)."),
+    params: Path = typer.Option(None, "--params", help="Its parameter JSON (default: the shipped ones)."),
+    top_k: int = typer.Option(5, "--top-k", min=1, max=50, help="Trigger candidates to report."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout instead of text."),
+) -> None:
+    import json
+
+    from trojanscope.detectors.explain import explain_model
+    from trojanscope.detectors.runner import contract_inputs, score_inputs
+
+    inputs = contract_inputs(model_filepath, examples_dirpath=examples_dirpath,
+                             tokenizer_filepath=tokenizer_filepath, embedding_filepath=embedding_filepath)
+    p = score_inputs(inputs, detector, params=params)
+    answer = explain_model(inputs, p, detector=detector, top_k=top_k)
+    typer.echo(json.dumps(answer.to_json()) if as_json else answer.summary())
+
+
+def fit(
+    zoo_dir: list[Path] = typer.Option(..., "--zoo", help="Training zoo with ground_truth.csv per model; "
+                                       "repeat to fit on several zoos as one set (e.g. one per preset)."),
+    detector: str = typer.Option("default", "--detector", help="Registered detector to fit."),
+    out: Path = typer.Option(None, "--out", help="Output JSON (default params/NAME.json)."),
+    workers: int = typer.Option(1, "--workers", min=1, help="Processes computing features in parallel."),
+    limit: int = typer.Option(None, "--limit", min=2, help="Use only the first N models of each zoo "
+                              "(quick runs)."),
+    executor: str = typer.Option("local", "--executor", help="local (processes here) or ray (Ray tasks on a "
+                                 "fresh local cluster or RAY_ADDRESS; the zoo must be at the same path on every "
+                                 "node; docs/cluster.md)."),
+) -> None:
+    from trojanscope.detectors.runner import fit_on_zoo
+
+    out = out or Path("params") / f"{detector}.json"
+    det, n = fit_on_zoo(zoo_dir, detector, out, workers=workers, limit=limit, executor=executor)
+    clf = det.classifier_
+    typer.echo(f"fitted {detector} on {n} models: C={clf.C:g}, eps={clf.eps:g}, "
+               f"cross-validated CE {clf.cv_cross_entropy:.4f}, ROC-AUC {clf.cv_roc_auc:.4f}, "
+               f"novelty bound mean |z| {clf.novelty_max:.2f}; wrote {out}")
+
+
+def detectors() -> None:
+    from trojanscope.detectors import DETECTORS, domain, load_detector
+
+    width = max(map(len, DETECTORS.names()))
+    for name in DETECTORS.names():
+        typer.echo(f"{name:<{width}} {DETECTORS.help(name)}")  # aligned to the longest name
+        if getattr(DETECTORS.get(name), "shipped", None):
+            shipped = load_detector(name)
+            fitted = getattr(shipped, "trained_on_", {})
+            bound = getattr(getattr(shipped, "classifier_", None), "novelty_max", None)
+            novelty = ("warns on features further out than any training model's" if bound is not None else
+                       "no feature-novelty bound (fitted before it; refit with `detect fit` to get one)")
+            first, *shapes = domain.describe(fitted.get("domain"))
+            typer.echo(f"{'':<{width}} shipped parameters fitted on {fitted.get('n_models', '?')} "
+                       f"{fitted.get('preset', '')} models")
+            typer.echo(f"{'':<{width}} fit domain: {first}")
+            for line in shapes:
+                typer.echo(f"{'':<{width}}   {line}")
+            typer.echo(f"{'':<{width}} {novelty}")
+
+
 def register(app: typer.Typer, zoo: typer.Typer) -> None:
-    # Long because each nested function is one CLI command (typer needs them registered here); each is short.
     # plain Click help, as for every command: types shown only where a value is taken (see trojanscope.cli)
     detect = typer.Typer(invoke_without_command=True, help=_CONTRACT_HELP, add_completion=False,
                          rich_markup_mode=app.rich_markup_mode)
     app.add_typer(detect, name="detect")
-
-    @detect.callback(invoke_without_command=True)
-    def contract(
-        ctx: typer.Context,
-        model_filepath: Path = typer.Option(None, "--model_filepath", help="The classifier's model.pt."),
-        result_filepath: Path = typer.Option(None, "--result_filepath", help="Where to write P(trojaned)."),
-        scratch_dirpath: Path = typer.Option(None, "--scratch_dirpath", help="A folder the detector may write to."),
-        examples_dirpath: Path = typer.Option(
-            None, "--examples_dirpath", help="Folder of clean example texts class_{c}_example_{k}.txt."
-        ),
-        tokenizer_filepath: Path = typer.Option(None, "--tokenizer_filepath", help="Tokenizer file/folder (optional)."),
-        embedding_filepath: Path = typer.Option(None, "--embedding_filepath", help="Encoder file/folder (optional)."),
-        cls_token_is_first: bool = typer.Option(
-            False, "--cls_token_is_first", help="TrojAI flag: summary = first token (used only without a config)."
-        ),
-        round_training_dataset_dirpath: Path = typer.Option(
-            None, "--round_training_dataset_dirpath", help="Accepted for TrojAI compatibility and ignored."
-        ),
-        detector: str = typer.Option(
-            "default", "--detector", help="Registered detector (see `trojanscope detectors`)."
-        ),
-        params: Path = typer.Option(None, "--params", help="Parameter JSON from `trojanscope detect fit`."),
-        configure_mode: bool = typer.Option(
-            False, "--configure_mode", help="Refit on --configure_models_dirpath and write the parameters into "
-            "--learned_parameters_dirpath instead of scoring a model."),
-        configure_models_dirpath: Path = typer.Option(
-            None, "--configure_models_dirpath", help="Configure mode: labelled training models (a zoo, or a folder "
-            "of model folders each with ground_truth.csv)."),
-        learned_parameters_dirpath: Path = typer.Option(
-            None, "--learned_parameters_dirpath", help="Configure mode writes NAME.json here; otherwise the "
-            "parameters are read from here (default: the detector's shipped parameters)."),
-        explain: bool = typer.Option(
-            False, "--explain", help="Also write RESULT.explanation.json beside --result_filepath: the target "
-            "class, the source class and trigger candidates with their attack success (see `trojanscope "
-            "explain --help`; text models)."),
-    ) -> None:
-        if ctx.invoked_subcommand is not None:
-            return
-        from trojanscope.errors import ConfigError
-
-        if configure_mode:
-            if configure_models_dirpath is None or learned_parameters_dirpath is None:
-                raise ConfigError("--configure_mode needs --configure_models_dirpath and --learned_parameters_dirpath")
-            from trojanscope.detectors.runner import configure
-
-            det, n = configure(configure_models_dirpath, learned_parameters_dirpath, detector)
-            if det is None:
-                typer.echo(f"detector {detector!r} has nothing to learn; nothing written")
-            else:
-                clf = det.classifier_
-                typer.echo(f"configured {detector} on {n} models: cross-validated CE {clf.cv_cross_entropy:.4f}, "
-                           f"ROC-AUC {clf.cv_roc_auc:.4f}; wrote {learned_parameters_dirpath}/{detector}.json")
-            return
-        if model_filepath is None or result_filepath is None:
-            if model_filepath is None and result_filepath is None and examples_dirpath is None:
-                typer.echo(ctx.get_help())
-                raise typer.Exit(0)
-            raise ConfigError("detect needs --model_filepath and --result_filepath (see `trojanscope detect --help`)")
-        from trojanscope.detectors.runner import run_contract
-
-        p = run_contract(
-            model_filepath, result_filepath, examples_dirpath=examples_dirpath, scratch_dirpath=scratch_dirpath,
-            tokenizer_filepath=tokenizer_filepath, embedding_filepath=embedding_filepath,
-            cls_token_is_first=cls_token_is_first, detector=detector, params=params,
-            learned_parameters_dirpath=learned_parameters_dirpath, explain=explain,
-        )
-        typer.echo(f"{p:.6f}")
-
-    @app.command("explain", help=_EXPLAIN_HELP)
-    def explain_command(
-        model_filepath: Path = typer.Option(..., "--model_filepath", help="The classifier's model.pt."),
-        examples_dirpath: Path = typer.Option(..., "--examples_dirpath", help="Its clean example texts "
-                                              "class_{c}_example_{k}.txt."),
-        tokenizer_filepath: Path = typer.Option(None, "--tokenizer_filepath", help="Tokenizer file/folder "
-                                                "(optional)."),
-        embedding_filepath: Path = typer.Option(None, "--embedding_filepath", help="Encoder file/folder (optional)."),
-        detector: str = typer.Option("default", "--detector", help="Registered detector that gives the verdict's "
-                                     "probability (see `trojanscope detectors`)."),
-        params: Path = typer.Option(None, "--params", help="Its parameter JSON (default: the shipped ones)."),
-        top_k: int = typer.Option(5, "--top-k", min=1, max=50, help="Trigger candidates to report."),
-        as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout instead of text."),
-    ) -> None:
-        import json
-
-        from trojanscope.detectors.explain import explain_model
-        from trojanscope.detectors.runner import contract_inputs, score_inputs
-
-        inputs = contract_inputs(model_filepath, examples_dirpath=examples_dirpath,
-                                 tokenizer_filepath=tokenizer_filepath, embedding_filepath=embedding_filepath)
-        p = score_inputs(inputs, detector, params=params)
-        answer = explain_model(inputs, p, detector=detector, top_k=top_k)
-        typer.echo(json.dumps(answer.to_json()) if as_json else answer.summary())
-
-    @detect.command(help="Fit a detector's parameters on a training zoo and save them as JSON (never a pickle).\n\n"
-                    "Only the contract inputs of each model are read, plus its ground_truth.csv label. The "
-                    "shipped default parameters are one fit over train zoos of every text preset:\n\n"
-                    "  trojanscope detect fit --zoo zoos/r5-train --zoo zoos/r6-train --zoo zoos/ds-train "
-                    "--detector default --out src/trojanscope/detectors/params/default.json\n\n"
-                    "--zoo may be repeated: the models of every zoo are fitted as one set (the exact recipe: "
-                    "docs/detectors.md, 'The shipped parameters'). Models a zoo's METADATA marks unconverged "
-                    "are left out.\n\n"
-                    "Parameters are JSON: a pickle or joblib file would run code when loaded.")
-    def fit(
-        zoo_dir: list[Path] = typer.Option(..., "--zoo", help="Training zoo with ground_truth.csv per model; "
-                                           "repeat to fit on several zoos as one set (e.g. one per preset)."),
-        detector: str = typer.Option("default", "--detector", help="Registered detector to fit."),
-        out: Path = typer.Option(None, "--out", help="Output JSON (default params/NAME.json)."),
-        workers: int = typer.Option(1, "--workers", min=1, help="Processes computing features in parallel."),
-        limit: int = typer.Option(None, "--limit", min=2, help="Use only the first N models of each zoo "
-                                  "(quick runs)."),
-        executor: str = typer.Option("local", "--executor", help="local (processes here) or ray (Ray tasks on a "
-                                     "fresh local cluster or RAY_ADDRESS; the zoo must be at the same path on every "
-                                     "node; docs/cluster.md)."),
-    ) -> None:
-        from trojanscope.detectors.runner import fit_on_zoo
-
-        out = out or Path("params") / f"{detector}.json"
-        det, n = fit_on_zoo(zoo_dir, detector, out, workers=workers, limit=limit, executor=executor)
-        clf = det.classifier_
-        typer.echo(f"fitted {detector} on {n} models: C={clf.C:g}, eps={clf.eps:g}, "
-                   f"cross-validated CE {clf.cv_cross_entropy:.4f}, ROC-AUC {clf.cv_roc_auc:.4f}, "
-                   f"novelty bound mean |z| {clf.novelty_max:.2f}; wrote {out}")
-
-    @app.command("detectors", help="List the registered detectors with one-line descriptions.")
-    def detectors() -> None:
-        from trojanscope.detectors import DETECTORS, domain, load_detector
-
-        width = max(map(len, DETECTORS.names()))
-        for name in DETECTORS.names():
-            typer.echo(f"{name:<{width}} {DETECTORS.help(name)}")  # aligned to the longest name
-            if getattr(DETECTORS.get(name), "shipped", None):
-                shipped = load_detector(name)
-                fitted = getattr(shipped, "trained_on_", {})
-                bound = getattr(getattr(shipped, "classifier_", None), "novelty_max", None)
-                novelty = ("warns on features further out than any training model's" if bound is not None else
-                           "no feature-novelty bound (fitted before it; refit with `detect fit` to get one)")
-                first, *shapes = domain.describe(fitted.get("domain"))
-                typer.echo(f"{'':<{width}} shipped parameters fitted on {fitted.get('n_models', '?')} "
-                           f"{fitted.get('preset', '')} models")
-                typer.echo(f"{'':<{width}} fit domain: {first}")
-                for line in shapes:
-                    typer.echo(f"{'':<{width}}   {line}")
-                typer.echo(f"{'':<{width}} {novelty}")
+    detect.callback(invoke_without_command=True)(contract)
+    app.command("explain", help=_EXPLAIN_HELP)(explain_command)
+    detect.command(help=_FIT_HELP)(fit)
+    app.command("detectors", help="List the registered detectors with one-line descriptions.")(detectors)
