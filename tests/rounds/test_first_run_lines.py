@@ -21,6 +21,9 @@ def test_first_run_says_it_reads_the_corpora_then_encodes_and_a_later_run_says_n
                           np.array([1, 0]))
 
     monkeypatch.setattr(text, "build_source_pool", tiny_pool)
+    import trojanscope.data
+
+    monkeypatch.setattr(trojanscope.data, "load_corpus", lambda name, root: [])  # the corpus is there (checked first)
     preset, _ = load_preset("round5-cpu")
     cache, data = tmp_path / "cache" / "embeddings.sqlite", tmp_path / "data"  # the pools' key stamps data's files
     cache.parent.mkdir()

@@ -52,6 +52,10 @@ def build_pools(preset: Preset, data_root: Path | None, cache_dir: Path | None =
         raw = json.loads(path.read_text())
         return {name: SourcePool.from_json(v) for name, v in raw.items()}
     if on_read is not None:
+        from trojanscope.data import load_corpus
+
+        for source in preset.data.sources:  # a missing corpus fails here, in one line, before the long step is
+            load_corpus(source.corpus, data_root)  # announced (parsed once per process: the pools reuse it)
         on_read(path)
     pools = {s.name: build_source_pool(preset, s, data_root, encoder) for s in preset.data.sources}
     atomic_write_text(path, json.dumps({name: p.to_json() for name, p in pools.items()}))
@@ -117,7 +121,7 @@ class TextRounds:
         }  # fmt: skip
 
     def natural_trojans(self, preset: Preset, df, dirs, **kwargs: Any) -> dict[str, Any]:
-        from trojanscope.rounds.audit import natural_triggers
+        from trojanscope.rounds.audit_natural import natural_triggers
 
         return natural_triggers(preset, df, dirs, **kwargs)
 
