@@ -49,7 +49,7 @@ class ImageRounds:
         }  # fmt: skip
 
     def natural_trojans(self, preset: ImagePreset, df, dirs, *, examples_per_class: int, **_: Any) -> dict[str, Any]:
-        from trojanscope.rounds.audit import natural_squares
+        from trojanscope.rounds.audit_natural import natural_squares
 
         return natural_squares(preset, df, dirs, examples_per_class=examples_per_class)
 
