@@ -16,12 +16,7 @@ from trojanscope.models.layout import list_model_dirs, read_metadata
 from trojanscope.rounds.preset import load_preset
 from trojanscope.rounds.zoo import make_zoo
 
-PRESET = """name = "tabular-toy"
-modality = "{modality}"
-description = "four numbers per example, a linear head"
-n_classes = 3
-features = 4
-"""
+PRESET = toy_modality.PRESET
 
 
 @pytest.fixture

@@ -26,6 +26,13 @@ from trojanscope.rounds.modalities import ROUND_MODALITIES
 from trojanscope.rounds.outcome import BuildOutcome, Timing
 
 NAME = "tabular"
+# The toy round's preset; ``modality`` is a field so tests can also name one that is not registered.
+PRESET = """name = "tabular-toy"
+modality = "{modality}"
+description = "four numbers per example, a linear head"
+n_classes = 3
+features = 4
+"""
 
 
 class TabularPreset(BaseModel):

@@ -20,19 +20,14 @@ from trojanscope.models.layout import list_model_dirs
 from trojanscope.rounds.zoo import make_zoo
 
 TESTS = Path(__file__).resolve().parents[1]
-PRESET = """name = "tabular-toy"
-modality = "tabular"
-description = "four numbers per example, a linear head"
-n_classes = 3
-features = 4
-"""
+PRESET = toy_modality.PRESET
 
 
 @pytest.fixture
 def tabular(tmp_path: Path):
     toy_modality.register()
     path = tmp_path / "tabular.toml"
-    path.write_text(PRESET)
+    path.write_text(PRESET.format(modality="tabular"))
     yield path
     toy_modality.unregister()
 
@@ -121,7 +116,7 @@ def test_ctrl_c_during_a_parallel_build_stops_at_once_and_keeps_the_finished_mod
     script = tmp_path / "slow_toy.py"
     script.write_text(SLOW_TOY)
     preset = tmp_path / "tabular.toml"
-    preset.write_text(PRESET)
+    preset.write_text(PRESET.format(modality="tabular"))
     out = tmp_path / "zoo"
     args = [sys.executable, str(script), "zoo", "make", "--preset", str(preset), "--count", "6", "--out", str(out),
             "--workers", "2", "--data-root", str(tmp_path), "--quiet"]
