@@ -24,7 +24,8 @@ def harvest_cmd(
                                     "split stream; default: past every index --parent used (else 0), so a new "
                                     "round never regenerates its parent's models."),
     workers: int = typer.Option(1, help="Processes for generation and detection."),
-    data_root: Path = typer.Option(None, help="Corpora folder; default $TROJANSCOPE_DATA."),
+    data_root: Path = typer.Option(None, help="Corpora folder; default $TROJANSCOPE_DATA, else the user data folder "
+                                   "(~/.local/share/trojanscope/data; `trojanscope corpora fetch` fills it)."),
     cache: Path = typer.Option(None, help="Embedding cache (SQLite) file; default $TROJANSCOPE_CACHE."),
     quiet: bool = typer.Option(False, help="No progress bars."),
 ) -> None:

@@ -25,7 +25,8 @@ def make(
     ray_address: str = typer.Option(None, "--ray-address", envvar="RAY_ADDRESS", help="With --executor ray: "
                                     "an existing cluster's head (host:port or ray://host:port); default: start "
                                     "a fresh local cluster with --workers CPUs."),
-    data_root: Path = typer.Option(None, help="Corpora folder; default $TROJANSCOPE_DATA."),
+    data_root: Path = typer.Option(None, help="Corpora folder; default $TROJANSCOPE_DATA, else the user data folder "
+                                   "(~/.local/share/trojanscope/data; `trojanscope corpora fetch` fills it)."),
     cache: Path = typer.Option(None, help="Embedding cache (SQLite) file; default $TROJANSCOPE_CACHE."),
     quiet: bool = typer.Option(False, help="No progress bar or summary."),
     keep_failed: bool = typer.Option(
