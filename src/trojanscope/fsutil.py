@@ -88,3 +88,31 @@ def check_writable_dir(path: Path | str) -> Path:
     except OSError as exc:
         raise ConfigError(f"{path}: output folder is not writable ({exc.strerror}); choose another --out") from None
     return path
+
+
+class UntrustedFileError(OSError):
+    """Why :func:`read_untrusted` refused a file: ``reason`` is ``missing``, ``link``, ``not regular`` or
+    ``unreadable``."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}{f' ({detail})' if detail else ''}")
+        self.reason = reason
+
+
+def read_untrusted(path: Path | str, max_bytes: int) -> bytes:
+    """At most ``max_bytes + 1`` bytes of a file someone else wrote (a sandboxed detector), read as this process
+    without following a link and only from a regular file (never a FIFO or a device): the reader cannot be made
+    to read, and then quote, a file only it may open. Raises :class:`UntrustedFileError`."""
+    import errno
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise UntrustedFileError("missing") from None
+    except OSError as exc:
+        raise UntrustedFileError("link" if exc.errno == errno.ELOOP else "unreadable", exc.strerror or "") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise UntrustedFileError("not regular")
+        return fh.read(max_bytes + 1)

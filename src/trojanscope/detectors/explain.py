@@ -128,17 +128,12 @@ def write_explanation(result_filepath: Path | str, explanation: Explanation) -> 
 def read_explanation(path: Path | str, max_bytes: int = 1 << 20) -> dict[str, Any] | None:
     """An explanation file as a dict with the fields the scorer reads checked, or None when it is absent,
     unreadable, too large, a link or not this format (an explanation is optional: a bad one is ignored)."""
-    import os
-    import stat
+    from trojanscope.fsutil import UntrustedFileError, read_untrusted
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        raw = read_untrusted(path, max_bytes)
+    except UntrustedFileError:
         return None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            return None
-        raw = fh.read(max_bytes + 1)
     if len(raw) > max_bytes:
         return None
     try:
@@ -231,7 +226,7 @@ def _example_texts(inputs: ModelInputs) -> dict[int, list[str]]:
     return out
 
 
-def _triggered(texts: list[str], unit: str) -> dict[str, list[str]]:
+def triggered_by_half(texts: list[str], unit: str) -> dict[str, list[str]]:
     """Every text with ``unit`` inserted before each of its sentences, grouped by the half it lands in."""
     from trojanscope.triggers.text import insert_at, split_sentences
 
@@ -254,7 +249,7 @@ def _flip_rate(ctx: Any, texts: list[str], target: int) -> float:
 
 def _check(ctx: Any, texts: dict[int, list[str]], unit: str, kind: str, s: int, t: int) -> TriggerCandidate:
     """Attack success of ``unit`` on the source class's clean texts, inserted at every position."""
-    halves = _triggered(texts.get(s, []), unit)
+    halves = triggered_by_half(texts.get(s, []), unit)
     per = {h: _flip_rate(ctx, halves[h], t) for h in POSITIONS if halves[h]}
     n = sum(len(halves[h]) for h in per)
     overall = sum(per[h] * len(halves[h]) for h in per) / n if n else 0.0

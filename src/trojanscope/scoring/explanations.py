@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from trojanscope.detectors.explain import read_explanation
+from trojanscope.detectors.explain import read_explanation, triggered_by_half
 from trojanscope.models.layout import read_config, read_examples, read_ground_truth
 
 HELD_OUT_MAX = 40  # held-out texts per model (before insertion at every sentence)
@@ -67,7 +67,6 @@ def held_out_attack_success(model_dir: Path, zoo_models: list[Path], trigger: di
     from trojanscope.encoders import encode_cached, encoder_for_config
     from trojanscope.models import load_model
     from trojanscope.models.layout import reduce_config
-    from trojanscope.triggers.text import insert_at, split_sentences
 
     config = reduce_config(read_config(model_dir), model_dir / "config.json")
     classes = [source] if source is not None else [c for c in range(int(config.get("number_classes", 2)))
@@ -75,10 +74,8 @@ def held_out_attack_success(model_dir: Path, zoo_models: list[Path], trigger: di
     where = trigger.get("where", "any")
     texts = []
     for c in classes:
-        for text in held_out_texts(model_dir, zoo_models, c):
-            n = len(split_sentences(text))
-            texts += [insert_at(text, trigger["text"], i) for i in range(n)
-                      if where not in ("first", "second") or (where == "first") == (2 * i < n)]
+        halves = triggered_by_half(held_out_texts(model_dir, zoo_models, c), trigger["text"])
+        texts += [t for half, inserted in halves.items() if where in (half, "any") for t in inserted]
     if not texts:
         return float("nan")
     encoder = encoder_for_config(config)

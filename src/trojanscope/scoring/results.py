@@ -14,13 +14,11 @@ to score its results against another zoo.
 from __future__ import annotations
 
 import csv
-import errno
 import hashlib
 import io
 import json
 import math
 import os
-import stat
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from trojanscope.errors import DataError, LayoutError
-from trojanscope.fsutil import atomic_write_text, file_sha256
+from trojanscope.fsutil import UntrustedFileError, atomic_write_text, file_sha256, read_untrusted
 from trojanscope.models.layout import MODEL_FILE, list_model_dirs, models_root, read_ground_truth
 from trojanscope.scoring._worker import one_line
 
@@ -81,17 +79,13 @@ def read_result_file(path: Path) -> tuple[float, str, str]:
     otherwise point its result file at a file only the harness can read and have its first bytes quoted back
     in the reason."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return DEFAULT_P, "missing", "detector wrote no result file"
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return DEFAULT_P, "unparsable", "result file is a link; write the number into the file itself"
-        return DEFAULT_P, "missing", f"result file cannot be read ({exc.strerror})"
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            return DEFAULT_P, "unparsable", "result file is not a regular file"
-        data = fh.read(4096)
+        data = read_untrusted(path, 4096)[:4096]
+    except UntrustedFileError as exc:
+        return DEFAULT_P, *{
+            "missing": ("missing", "detector wrote no result file"),
+            "link": ("unparsable", "result file is a link; write the number into the file itself"),
+            "not regular": ("unparsable", "result file is not a regular file"),
+        }.get(exc.reason, ("missing", f"result file cannot be read: {exc}"))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -15,7 +15,7 @@ from sqlalchemy.orm import joinedload
 from starlette.concurrency import run_in_threadpool
 
 from trojanscope.errors import TrojanscopeError
-from trojanscope.leaderboard import security, services
+from trojanscope.leaderboard import sandbox, security, services
 from trojanscope.leaderboard.db import Round, Submission
 from trojanscope.leaderboard.deps import AdminFlag, SessionDep, SettingsDep
 from trojanscope.leaderboard.routes.submissions import accept_upload
@@ -184,13 +184,7 @@ def submission_page(sub_id: int, request: Request, s: SessionDep, settings: Sett
 def _progress(settings: Any, job: Any) -> str:
     """``"3 of 10 models"`` for a running stage: the harness's results.csv rows against the job's model map."""
     total = len(job.model_map or [])
-    done = 0
-    results = settings.data_dir / "jobs" / str(job.id) / "out" / "results.csv"
-    try:
-        with results.open(encoding="utf-8") as fh:
-            done = len({line.split(",", 1)[0] for line in fh.read().splitlines()[1:] if line.strip()})
-    except OSError:
-        pass
+    done = len(sandbox.read_results(settings.data_dir / "jobs" / str(job.id) / "out" / "results.csv"))
     return f"{min(done, total)} of {total} models" if total else "starting"
 
 
