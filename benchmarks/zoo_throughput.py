@@ -13,6 +13,13 @@ Builds (or resumes) a zoo and prints:
 Every model records its timing breakdown in model_stats.json, so --report-only recomputes the figures
 from any zoo (also an interrupted one); models/hour then comes from the folders' completion times.
 
+On a GPU machine ``--device cuda`` trains the heads and runs the encoder there (as ``zoo make --device``), and the
+GPU's utilisation and memory are sampled once a second while the zoo builds (``nvidia-smi``). ``--seconds S``
+stops the build after S seconds (as Ctrl-C would: finished models stay) and reports on what was built:
+
+    python benchmarks/zoo_throughput.py --preset round5-cpu --count 400 --workers 15 --device cuda \
+        --seconds 240 --out /tmp/gpu-zoo                                     # issue 51: >= 3,000 models/h on one H100
+
 Targets (issue 2, round5-cpu on 2 cores): >= 60 models/hour; encoder + training >= 75% of wall
 time; clean-text cache hit rate ~100% after the first model; each trigger type/condition >= 90%
 at the triggered bar; converged >= 90%. Use a fresh --out (a resumed zoo times nothing).
@@ -21,6 +28,10 @@ at the triggered bar; converged >= 90%. Use a fresh --out (a resumed zoo times n
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -41,23 +52,52 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=None, help="embedding cache file (default: the user cache)")
     ap.add_argument("--data-root", type=Path, default=None)
     ap.add_argument("--report-only", action="store_true", help="build nothing; report on the zoo in --out")
+    ap.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto: where heads train and the encoder "
+                    "runs (default: the environment's TROJANSCOPE_TRAIN_DEVICE / TROJANSCOPE_ENCODER_DEVICE, else cpu)")
+    ap.add_argument("--seconds", type=float, default=None, help="stop building after this many seconds and report "
+                    "on the models finished by then")
     args = ap.parse_args()
     if args.report_only:
         report_from_files(args.out, args.workers)
         return
+    if args.device:
+        from trojanscope.rounds.accelerator import TRAIN_DEVICE_ENV, resolve_device
 
+        chosen = str(resolve_device(args.device, variable="--device"))
+        os.environ[TRAIN_DEVICE_ENV] = os.environ["TROJANSCOPE_ENCODER_DEVICE"] = chosen
+        print(f"heads train and the encoder runs on {chosen}")
+
+    gpu = GpuSampler()
     t0 = time.perf_counter()
-    res = make_zoo(
-        args.preset,
-        args.split,
-        args.count,
-        args.out,
-        workers=args.workers,
-        data_root=args.data_root,
-        cache_path=args.cache,
-        progress=True,
-    )
+    if args.seconds:
+        timer = threading.Timer(args.seconds, lambda: os.kill(os.getpid(), signal.SIGINT))
+        timer.daemon = True
+        timer.start()
+    try:
+        res = make_zoo(
+            args.preset,
+            args.split,
+            args.count,
+            args.out,
+            workers=args.workers,
+            data_root=args.data_root,
+            cache_path=args.cache,
+            progress=True,
+        )
+    except KeyboardInterrupt:
+        wall = time.perf_counter() - t0
+        gpu.stop()
+        from trojanscope.models.layout import list_model_dirs
+
+        n = len(list_model_dirs(args.out))
+        print(f"\n== stopped after {wall:.0f} s: {n} models finished ({n / wall * 3600:.1f} models/hour, "
+              f"pool setup and worker start included) ==")
+        gpu.report()
+        report_from_files(args.out, args.workers)
+        return
     wall = time.perf_counter() - t0
+    gpu.stop()
+    gpu.report()
     if not res.built:
         print("nothing was built (zoo already complete?) — use a fresh --out to time generation")
         return
@@ -74,6 +114,43 @@ def main() -> None:
         load_preset(args.out / "preset.toml")[0],
         args.workers,
     )
+
+
+class GpuSampler:
+    """GPU utilisation (%) and memory (MiB) once a second through ``nvidia-smi``, while the zoo builds."""
+
+    def __init__(self, every: float = 1.0) -> None:
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._ok = subprocess.run(["sh", "-c", "command -v nvidia-smi"], capture_output=True).returncode == 0
+        if self._ok:
+            self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
+            self._thread.start()
+
+    def _run(self, every: float) -> None:
+        while not self._stop.wait(every):
+            out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used",
+                                  "--format=csv,noheader,nounits"], capture_output=True, text=True)
+            try:
+                util, mem = (float(v) for v in out.stdout.splitlines()[0].split(","))
+            except (ValueError, IndexError):
+                continue
+            self.samples.append((util, mem))
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def report(self) -> None:
+        if not self._ok:
+            print("GPU utilisation: no nvidia-smi on this machine")
+            return
+        if not self.samples:
+            print("GPU utilisation: no samples")
+            return
+        util = np.array([u for u, _ in self.samples])
+        mem = max(m for _, m in self.samples)
+        print(f"GPU utilisation over {len(util)} samples (1/s): mean {util.mean():.0f}%, median "
+              f"{np.median(util):.0f}%, p90 {np.percentile(util, 90):.0f}%; peak memory {mem:.0f} MiB")
 
 
 def report_from_files(out: Path, workers: int) -> None:

@@ -21,6 +21,7 @@ def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         (["--preset", "round5-cpu", "--count", "-3"], "--count must be a positive number"),
         (["--preset", "nope", "--count", "2"], "unknown preset 'nope'"),
         (["--preset", "round5-cpu", "--count", "2", "--split", "dev"], "--split must be one of"),
+        (["--preset", "round5-cpu", "--count", "2", "--device", "gpu"], "--device='gpu' is not a torch device"),
     ],
 )
 def test_zoo_make_bad_input(tmp_path, args, message) -> None:

@@ -17,6 +17,7 @@ from trojanscope.encoders import CacheStats, EmbeddingCache, encode_cached, get_
 from trojanscope.fsutil import atomic_dir
 from trojanscope.models.architectures import HeadSpec
 from trojanscope.rounds import evasion
+from trojanscope.rounds.accelerator import describe, training_device
 from trojanscope.rounds.dataset import ModelData, SourcePool, model_data
 from trojanscope.rounds.factors import ModelPlan
 from trojanscope.rounds.outcome import BuildOutcome, Timing
@@ -264,6 +265,7 @@ def machine_info() -> str:
             "python": platform.python_version(),
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
+            "train_device": describe(training_device()),
             "processor": platform.processor(),
         },
         indent=2,

@@ -33,6 +33,13 @@ def make(
         False, "--keep-failed",
         help="Keep models that miss the bars in the release (converged = False) instead of replacing them."
     ),
+    device: str = typer.Option(
+        "auto", envvar="TROJANSCOPE_TRAIN_DEVICE",
+        help="Where heads train and the encoder runs: auto (the first CUDA GPU when torch sees one, else the "
+             "CPU), cpu, cuda or cuda:N. Every random draw stays on the CPU, so a GPU model is the CPU model of the "
+             "same draw within float tolerance (docs/cluster.md). TROJANSCOPE_ENCODER_DEVICE, when set, still "
+             "places the encoder.",
+    ),
     first_index: int = typer.Option(
         0, "--first-index",
         help="First model index (id-NNNNNNNN) of the split's seeded stream. Model i is the same model in "
@@ -57,11 +64,19 @@ def make(
     """
     import os
 
+    from trojanscope.rounds.accelerator import TRAIN_DEVICE_ENV, TrainDeviceError, resolve_device
     from trojanscope.rounds.summary import print_summary
     from trojanscope.rounds.zoo import make_zoo
 
     if ray_address:
         os.environ["RAY_ADDRESS"] = ray_address
+    try:
+        chosen = str(resolve_device(device, variable="--device"))
+    except TrainDeviceError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    os.environ[TRAIN_DEVICE_ENV] = chosen  # spawned workers (and a local Ray cluster) inherit both
+    os.environ.setdefault("TROJANSCOPE_ENCODER_DEVICE", chosen)
 
     try:
         result = make_zoo(

@@ -28,6 +28,8 @@ from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
 from trojanscope.models.architectures import GruLinearModel
+from trojanscope.rounds import accelerator
+from trojanscope.rounds.accelerator import model_device, on_device, training_device
 
 
 @dataclass(frozen=True)
@@ -52,10 +54,11 @@ def _perturb(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, adv: Adversarial, rng: torch.Generator
 ) -> tuple[torch.Tensor, int]:
     eps = torch.as_tensor(adv.eps_vector, dtype=x.dtype) if adv.eps_vector is not None else torch.tensor(adv.eps)
+    eps = eps.to(x.device)
     if adv.algorithm == "pgd":
         delta, steps, step = torch.zeros_like(x), adv.iterations, 2 * eps / adv.iterations
-    else:  # fbf
-        delta = (torch.rand(x.shape, generator=rng) * 2 - 1) * eps
+    else:  # fbf: the start is drawn on the CPU generator wherever the model trains
+        delta = (torch.rand(x.shape, generator=rng) * 2 - 1).to(x.device) * eps
         steps, step = 1, 1.2 * eps
     was_training = model.training
     for _ in range(steps):
@@ -142,9 +145,11 @@ def as_input(x: np.ndarray) -> torch.Tensor:
 
 @torch.inference_mode()
 def predict_logits(model: nn.Module, vectors: np.ndarray, batch_size: int = 1024) -> np.ndarray:
-    """Logits of ``model`` for summary vectors [N, E] (or image batches [N, C, H, W]), in eval mode."""
+    """Logits of ``model`` for summary vectors [N, E] (or image batches [N, C, H, W]), in eval mode, on the
+    model's device."""
     model.eval()
-    out = [model(as_input(vectors[i : i + batch_size])) for i in range(0, len(vectors), batch_size)]
+    device = model_device(model)
+    out = [model(as_input(vectors[i : i + batch_size]).to(device)).cpu() for i in range(0, len(vectors), batch_size)]
     return torch.cat(out).numpy() if out else np.zeros((0, 0), dtype=np.float32)
 
 
@@ -180,8 +185,19 @@ def train_head(
     """Train ``model`` in place and restore its best checkpoint; returns the per-epoch history.
 
     ``regulariser(model)``, when given, is added to every step's loss (evasive training's terms). GRU heads
-    train through ``zero_state_heads`` (the same bits with a third less work per step).
+    train through ``zero_state_heads`` (the same bits with a third less work per step). Heads train on
+    ``training_device()`` (``TROJANSCOPE_TRAIN_DEVICE``; ``rounds/accelerator.py``) and come back on the CPU;
+    a regularised head (evasive rounds: its terms hold CPU tensors of the reference) trains on the CPU.
     """
+    device = training_device() if regulariser is None else torch.device("cpu")
+    if device.type != "cpu" or accelerator.EMULATE:
+        if log is not None:
+            log(f"training on {device}")
+        with on_device(model, device):
+            return _train_head(model, x_train, y_train, x_val, y_val, x_val_trig, y_val_trig, lr=lr,
+                               batch_size=batch_size, max_epochs=max_epochs, min_epochs=min_epochs,
+                               patience=patience, min_delta=min_delta, early_stopping=early_stopping,
+                               adversarial=adversarial, seed=seed, log=log, regulariser=None)
     with zero_state_heads(model):
         return _train_head(model, x_train, y_train, x_val, y_val, x_val_trig, y_val_trig, lr=lr,
                            batch_size=batch_size, max_epochs=max_epochs, min_epochs=min_epochs, patience=patience,
@@ -197,15 +213,19 @@ def _train_head(model, x_train, y_train, x_val, y_val, x_val_trig, y_val_trig, *
     # fused: one kernel per step instead of a loop over tensors (an epoch of a 2-layer LSTM head on 2 cores:
     # 5.7 s -> 3.1 s); same update rule, deterministic on CPU
     opt = torch.optim.Adam(model.parameters(), lr=lr, fused=True)
-    xt = as_input(x_train)
-    yt = torch.from_numpy(y_train)
+    device = model_device(model)
+    xt = as_input(x_train).to(device)
+    yt = torch.from_numpy(y_train).to(device)
     best_loss, best_state, best_epoch, since_best = float("inf"), None, 0, 0
     result = TrainResult(epochs=0, best_epoch=0)
     use_trig = early_stopping == "clean+triggered" and len(x_val_trig) > 0
     for epoch in range(1, max_epochs + 1):
         model.train()
-        perm = torch.randperm(len(xt), generator=gen)
-        total, correct, loss_sum = 0, 0, 0.0
+        perm = torch.randperm(len(xt), generator=gen).to(device)  # drawn on the CPU wherever the model trains
+        # running sums stay on the device (no synchronisation per step); float64 as Python's float sum was
+        total = 0
+        correct = torch.zeros((), dtype=torch.int64, device=device)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         for i in range(0, len(perm), batch_size):
             b = perm[i : i + batch_size]
             xb, yb = xt[b], yt[b]
@@ -219,9 +239,10 @@ def _train_head(model, x_train, y_train, x_val, y_val, x_val_trig, y_val_trig, *
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            loss_sum += float(loss.detach()) * len(b)
-            correct += int((logits.argmax(1) == yb).sum())
+            loss_sum += loss.detach().double() * len(b)
+            correct += (logits.argmax(1) == yb).sum()
             total += len(b)
+        correct, loss_sum = int(correct), float(loss_sum)
         clean_loss, clean_acc = _eval(model, x_val, y_val)
         trig_loss, trig_acc = _eval(model, x_val_trig, y_val_trig)
         n_c, n_t = len(x_val), len(x_val_trig)
