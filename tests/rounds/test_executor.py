@@ -89,3 +89,19 @@ def test_ctrl_c_stops_the_pool_without_running_the_queued_items(tmp_path) -> Non
             os.killpg(parent.pid, signal.SIGKILL)
     assert parent.returncode == 130 and "Traceback" not in err, err
     assert len(list(tmp_path.glob("started-*"))) == 2  # nothing queued was started after the interrupt
+
+
+def test_ray_tasks_ask_for_a_share_of_a_gpu_only_where_heads_train_on_one(monkeypatch):
+    from trojanscope.errors import ConfigError
+    from trojanscope.rounds.executor import ray_task_options
+
+    monkeypatch.delenv("TROJANSCOPE_RAY_TASKS_PER_GPU", raising=False)
+    monkeypatch.setenv("TROJANSCOPE_TRAIN_DEVICE", "cpu")
+    assert ray_task_options(3) == {"max_retries": 3}  # Ray would hide the GPU from it: fine, it trains on the CPU
+    monkeypatch.setenv("TROJANSCOPE_TRAIN_DEVICE", "cuda:0")
+    assert ray_task_options(3) == {"max_retries": 3, "num_gpus": 1 / 15}
+    monkeypatch.setenv("TROJANSCOPE_RAY_TASKS_PER_GPU", "4")
+    assert ray_task_options(3)["num_gpus"] == 0.25
+    monkeypatch.setenv("TROJANSCOPE_RAY_TASKS_PER_GPU", "0")
+    with pytest.raises(ConfigError, match="TROJANSCOPE_RAY_TASKS_PER_GPU"):
+        ray_task_options(3)

@@ -5,8 +5,8 @@ BERT-like models; TrojAI's ``cls_token_is_first``), ``"last"`` (the last non-pad
 style) or ``"mean"`` (the attention-masked mean over tokens, the pooling sentence-transformers
 models were trained with; no L2 normalisation). Texts are sorted by token length and batched so
 padding stays minimal; torch's own thread setting is respected. The encoder runs on the CPU unless
-``TROJANSCOPE_ENCODER_DEVICE`` names a torch device (``cuda``, ``cuda:1``, ``mps``): only the frozen
-encoder moves there; heads, detectors and the vectors it returns stay on the CPU.
+``TROJANSCOPE_ENCODER_DEVICE`` names a torch device (``cuda``, ``cuda:1``, ``mps``); the vectors it returns
+are always CPU arrays. (``zoo make --device`` sets it together with the heads' training device.)
 
 torch and transformers are imported lazily so ``import trojanscope.encoders`` stays cheap.
 """

@@ -128,6 +128,9 @@ class RayExecutor:
 
     max_retries = 3
 
+    #: The device settings every task must see: a remote cluster's workers do not inherit the driver's environment.
+    DEVICE_VARIABLES = ("TROJANSCOPE_TRAIN_DEVICE", "TROJANSCOPE_ENCODER_DEVICE")
+
     def __init__(self, workers: int, init: Callable[..., None] | None = None, init_args: tuple = (),
                  address: str | None = None) -> None:
         import os
@@ -146,11 +149,14 @@ class RayExecutor:
         if not ray.is_initialized():
             if address and address not in ("local", "auto"):
                 _check_reachable(address)
+            env = {k: os.environ[k] for k in self.DEVICE_VARIABLES if os.environ.get(k)}
+            runtime_env = {"env_vars": env} if env else None
             try:
                 if address and address != "local":
-                    ray.init(address=address, log_to_driver=False)
+                    ray.init(address=address, log_to_driver=False, runtime_env=runtime_env)
                 else:
-                    ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False)
+                    ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                             runtime_env=runtime_env)
                     self.started = True
             except Exception as exc:  # version mismatch, auth, a head that refuses us: one line
                 first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
@@ -160,7 +166,7 @@ class RayExecutor:
 
     def run(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
         ray = self.ray
-        task = ray.remote(max_retries=self.max_retries)(_ray_task)
+        task = ray.remote(**ray_task_options(self.max_retries))(_ray_task)
         args_ref = ray.put(self.init_args)
         todo = iter(items)
         pending: list[Any] = []
@@ -180,6 +186,23 @@ class RayExecutor:
 
 
 _DONE = object()
+
+
+def ray_task_options(max_retries: int) -> dict[str, Any]:
+    """A build task's Ray options. Ray hides every GPU from a task that asks for none, so where heads train on a
+    GPU (``TROJANSCOPE_TRAIN_DEVICE=cuda...``) each task asks for ``1 / TROJANSCOPE_RAY_TASKS_PER_GPU`` of one
+    (default 15: the measured H200 figure, docs/cluster.md); Ray then places at most that many on each GPU."""
+    import os
+
+    from trojanscope.errors import ConfigError
+
+    options: dict[str, Any] = {"max_retries": max_retries}
+    if os.environ.get("TROJANSCOPE_TRAIN_DEVICE", "").startswith("cuda"):
+        raw = os.environ.get("TROJANSCOPE_RAY_TASKS_PER_GPU", "15")
+        if not raw.isdigit() or int(raw) < 1:
+            raise ConfigError(f"TROJANSCOPE_RAY_TASKS_PER_GPU={raw!r} must be a positive whole number")
+        options["num_gpus"] = 1 / int(raw)
+    return options
 
 
 EXECUTORS: Registry[type] = Registry("executor")
