@@ -158,6 +158,19 @@ def test_different_preset_in_same_folder_refused(tiny_zoo, tmp_path, data_root, 
         make_zoo(other, "train", 4, tiny_zoo, data_root=data_root, progress=False)
 
 
+def test_a_preset_whose_comments_changed_resumes(tiny_zoo, tmp_path, data_root) -> None:
+    """Comments are not part of a preset: editing them (a preset file's notes on its history, say) must not
+    strand the zoos made with it. The same data in another layout resumes with nothing to build."""
+    from trojanscope.rounds.zoo import make_zoo
+
+    held = (tiny_zoo / "preset.toml").read_text()
+    edited = tmp_path / "edited.toml"
+    edited.write_text("# a new first comment\n" + held.replace("\n[", "\n\n# another comment\n["))
+    assert edited.read_text() != held
+    result = make_zoo(edited, "train", 4, tiny_zoo, data_root=data_root, progress=False)
+    assert result.built == [] and result.skipped == 4
+
+
 def test_sigkill_mid_run_then_rerun_gives_complete_zoo(tiny_preset, data_root, tmp_path) -> None:
     """A real SIGKILL while models are being built; the rerun finishes with no partial or duplicate folders."""
     import os

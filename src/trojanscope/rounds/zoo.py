@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,7 +99,7 @@ def _check_resume(out: Path, raw: str, split: str) -> None:
     """A resumed zoo keeps its preset and its split: a zoo holding train models must not quietly count as a test
     zoo (every split names its models id-00000000…, so nothing downstream could tell them apart)."""
     snap = out / "preset.toml"
-    if snap.is_file() and snap.read_text(encoding="utf-8") != raw:
+    if snap.is_file() and not _same_preset(snap.read_text(encoding="utf-8"), raw):
         raise ConfigError(
             f"{snap}: this zoo was made with a different preset (or version); resume it with --preset {snap}, "
             "or use a new --out folder"
@@ -110,6 +111,16 @@ def _check_resume(out: Path, raw: str, split: str) -> None:
         if held is not None and held != split:
             raise ConfigError(f"{out} holds {held}-split models ({d.name}); resume it with --split {held}, "
                               f"or use a new --out folder for the {split} split")
+
+
+def _same_preset(held: str, given: str) -> bool:
+    """The same preset data: equal text, or equal once parsed (comments and layout are not part of a preset)."""
+    if held == given:
+        return True
+    try:
+        return tomllib.loads(held) == tomllib.loads(given)
+    except tomllib.TOMLDecodeError:
+        return False
 
 
 def _first_missing(path: Path) -> Path | None:
