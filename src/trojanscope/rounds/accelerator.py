@@ -84,7 +84,7 @@ def _dropout_forward(self: nn.Dropout, x: torch.Tensor) -> torch.Tensor:
     return host_dropout(x, self.p, self.training)
 
 
-def _zero_state_cells(rnn: nn.RNNBase, x: torch.Tensor) -> torch.Tensor:
+def zero_state_cells(rnn: nn.RNNBase, x: torch.Tensor) -> torch.Tensor:
     """Final hidden states ``[layers * directions, N, H]`` of a GRU or LSTM for a one-step input ``x`` [N, 1, E]
     from a zero state, written out as cells (any device), with inter-layer dropout from ``host_dropout``."""
     lstm = isinstance(rnn, nn.LSTM)
@@ -136,7 +136,7 @@ def on_device(model: nn.Module, device: torch.device) -> Iterator[nn.Module]:
         def forward(self: nn.Module, data: torch.Tensor) -> torch.Tensor:
             if data.ndim != 3 or data.shape[1] != 1:
                 return original(self, data)
-            hidden = _zero_state_cells(self.rnn, data)
+            hidden = zero_state_cells(self.rnn, data)
             top = torch.cat((hidden[-2], hidden[-1]), dim=1) if self.rnn.bidirectional else hidden[-1]
             return self.linear(self.dropout(top))
 

@@ -29,7 +29,7 @@ from torch.nn import functional as F  # noqa: N812
 
 from trojanscope.models.architectures import GruLinearModel
 from trojanscope.rounds import accelerator
-from trojanscope.rounds.accelerator import model_device, on_device, training_device
+from trojanscope.rounds.accelerator import zero_state_cells, model_device, on_device, training_device
 
 
 @dataclass(frozen=True)
@@ -80,29 +80,14 @@ def _zero_state_gru(rnn: nn.GRU, x: torch.Tensor) -> torch.Tensor:
 
     The heads read one summary vector (one time step) from ``h0 = 0``, so ``W_hh h0 + b_hh`` is exactly ``b_hh``
     and ``W_hh``'s gradient is exactly zero: a third of the GEMM work of every step, forward and backward. The
-    gate arithmetic is ATen's CPU GRU cell, op for op and in the same order (``r = sigmoid(hh_r + ih_r)``,
-    ``n = tanh(ih_n + hh_n * r)``, ``h = (h0 - n) * z + n``), and the inter-layer dropout draws the same mask from
-    the same generator, so outputs and every other parameter's gradient are identical to ``nn.GRU``'s
-    (``tests/rounds/test_training_speed.py``). ``W_hh.grad`` stays None instead of zeros: Adam leaves a
-    parameter whose gradient is always zero exactly where it was, as it leaves one without a gradient.
+    cells (``accelerator.zero_state_cells``) do ATen's CPU GRU cell arithmetic op for op
+    (``r = sigmoid(hh_r + ih_r)``, ``n = tanh(ih_n + hh_n * r)``, ``h = (h0 - n) * z + n``; additions commute
+    exactly), and the inter-layer dropout draws the same mask from the same generator, so outputs and every other
+    parameter's gradient are identical to ``nn.GRU``'s (``tests/rounds/test_training_speed.py``). ``W_hh.grad``
+    stays None instead of zeros: Adam leaves a parameter whose gradient is always zero exactly where it was, as it
+    leaves one without a gradient.
     """
-    inp = x[:, 0, :]
-    finals: list[torch.Tensor] = []
-    for layer in range(rnn.num_layers):
-        outs = []
-        for sfx in ("", "_reverse") if rnn.bidirectional else ("",):
-            ig = F.linear(inp, getattr(rnn, f"weight_ih_l{layer}{sfx}"), getattr(rnn, f"bias_ih_l{layer}{sfx}"))
-            i_r, i_z, i_n = ig.chunk(3, 1)
-            h_r, h_z, h_n = getattr(rnn, f"bias_hh_l{layer}{sfx}").chunk(3, 0)
-            r = torch.sigmoid(h_r + i_r)
-            z = torch.sigmoid(h_z + i_z)
-            n = torch.tanh(i_n + h_n * r)
-            outs.append((torch.zeros_like(n) - n) * z + n)
-        finals += outs
-        inp = torch.cat(outs, 1) if len(outs) > 1 else outs[0]
-        if rnn.dropout and rnn.training and layer < rnn.num_layers - 1:
-            inp = F.dropout(inp, rnn.dropout, True)
-    return torch.stack(finals)
+    return zero_state_cells(rnn, x)
 
 
 def _gru_fast_applies(model: nn.Module) -> bool:
