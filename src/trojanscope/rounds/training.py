@@ -29,7 +29,7 @@ from torch.nn import functional as F  # noqa: N812
 
 from trojanscope.models.architectures import GruLinearModel
 from trojanscope.rounds import accelerator
-from trojanscope.rounds.accelerator import zero_state_cells, model_device, on_device, training_device
+from trojanscope.rounds.accelerator import model_device, on_device, training_device, zero_state_cells
 
 
 @dataclass(frozen=True)
