@@ -11,6 +11,8 @@ DETECTORS.register("constant", "trojanscope.detectors.baselines:ConstantDetector
                    help="Always 0.5: cross-entropy ln 2 on any set (a harness sanity check).")
 DETECTORS.register("random", "trojanscope.detectors.baselines:RandomDetector",
                    help="Uniform random probability, seeded per model file contents.")
+DETECTORS.register("image-litmus", "trojanscope.detectors.litmus:ImageLitmusDetector",
+                   help="Image CNNs: litmus queries learned on the train split, calibrated on out-of-fold scores.")
 
 # Learned detectors are declared as data: every feature family registers its own single-family detector,
 # and the combinations (default, image-default) come from detectors/detectors.toml.

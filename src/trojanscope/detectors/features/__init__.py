@@ -19,6 +19,8 @@ Image models (reduced config ``modality = "image"``) get an image context instea
 - ``blob-ring``: the same squares shifted around that region: flip rates that hold at every shift.
 - ``stimulation``: ABS-style single-channel stimulation of late ReLU layers (does one channel carry a label?).
 - ``norm-stats``: BatchNorm running statistics of the deepest layers against the clean examples' own moments.
+- ``litmus``: answers to query images learned on a train split (ULP/MNTD), read class-order-free; ``image-litmus``
+  learns them (:mod:`trojanscope.detectors.litmus`).
 """
 
 from __future__ import annotations
@@ -90,6 +92,8 @@ register_family("blob-ring", "trojanscope.detectors.features.blob_ring:BlobRing"
                 help="Image CNNs: flip rates of one-colour squares that hold at four shifts around the sign.")
 register_family("norm-stats", "trojanscope.detectors.features.norm_stats:NormStats", modality="image",
                 help="Image CNNs: BatchNorm running statistics against the clean examples' own moments.")
+register_family("litmus", "trojanscope.detectors.features.litmus:LitmusQueries", modality="image",
+                help="Image CNNs: answers to litmus queries learned on a train split (fit them with image-litmus).")
 
 
 def unregister_family(name: str) -> None:
