@@ -58,16 +58,16 @@ def _family_digest(family: str) -> str:
     The registry module is left out: registering a new family changes no other family's numbers."""
     import inspect
 
-    import trojanscope.detectors as pkg
+    import trojanscope.modalities as pkg
     from trojanscope.detectors.features import FEATURES
 
     root = Path(pkg.__file__).parent
     own = Path(inspect.getfile(FEATURES.get(family)))
     # sibling feature modules it imports (soft-scan reads scan's table, weight-ratios spectrum's input matrix)
-    pattern = r"^\s*from trojanscope\.detectors\.features\.(\w+) import"
+    pattern = r"^\s*from trojanscope\.modalities\.(\w+)\.features\.(\w+) import"
     siblings = sorted(set(re.findall(pattern, own.read_text(), re.M)))
-    files = [root / "context.py", root / "image_context.py", root / "features" / "candidates.py", own,
-             *(root / "features" / f"{m}.py" for m in siblings)]
+    files = [root / "text" / "context.py", root / "image" / "context.py", root / "text" / "features" / "candidates.py",
+             own, *(root / m / "features" / f"{f}.py" for m, f in siblings)]
     h = hashlib.sha256()
     for f in files:
         h.update(f.read_bytes())

@@ -65,9 +65,9 @@ def main() -> None:
 
 
 def _warm_scan_table(model_dir: Path) -> None:
-    from trojanscope.detectors.context import build_context
-    from trojanscope.detectors.features.scan import PhraseScan
     from trojanscope.detectors.learned import inputs_for_model_dir
+    from trojanscope.modalities.text.context import build_context
+    from trojanscope.modalities.text.features.scan import PhraseScan
 
     PhraseScan(progress=False).table(build_context(inputs_for_model_dir(model_dir)))
 

@@ -11,7 +11,7 @@ Pre-registered decision rule (fixed in this docstring before any holdout model w
    queries and readout learned on four folds, the fifth scored), calibrated by the meta-classifier's own
    cross-validation, exactly as :meth:`ImageLitmusDetector.fit` does; the candidate with the lowest such CV
    cross-entropy wins (a tie within 0.005 goes to the one listed first). ``cv`` prints the table
-   and writes ``OUT/choice.json``; the winner becomes ``CHOSEN`` in ``trojanscope.detectors.litmus``.
+   and writes ``OUT/choice.json``; the winner becomes ``CHOSEN`` in ``trojanscope.modalities.image.litmus``.
 3. The winner is fitted on every train model (``holdout``: final queries learned on all of them, calibration on
    the winner's out-of-fold scores from ``cv``, which are what ``fit`` would recompute) and saved to
    ``OUT/image-litmus.json`` (shipped as ``detectors/params/image-litmus.json``); every model of the holdout zoo
@@ -54,8 +54,8 @@ TIE = 0.005
 
 
 def _cv_one(nets, labels, cfg, folds: int) -> dict:
-    from trojanscope.detectors.litmus import out_of_fold_scores
     from trojanscope.detectors.meta import MetaClassifier
+    from trojanscope.modalities.image.litmus import out_of_fold_scores
 
     t0 = time.perf_counter()
     oof = out_of_fold_scores(nets, labels, cfg, folds=folds, seed=0)
@@ -65,8 +65,8 @@ def _cv_one(nets, labels, cfg, folds: int) -> dict:
 
 
 def cmd_cv(args: argparse.Namespace) -> None:
-    from trojanscope.detectors.litmus import LitmusConfig, nets_of
     from trojanscope.detectors.runner import zoo_inputs
+    from trojanscope.modalities.image.litmus import LitmusConfig, nets_of
 
     models, labels = zoo_inputs(args.train)
     print(f"{args.train}: {len(models)} models ({sum(labels)} trojaned); {len(GRID)} candidates, {args.folds}-fold CV")
@@ -100,14 +100,15 @@ def cmd_cv(args: argparse.Namespace) -> None:
 
 def cmd_holdout(args: argparse.Namespace) -> None:
     from trojanscope.detectors.learned import inputs_for_model_dir
-    from trojanscope.detectors.litmus import CHOSEN, ImageLitmusDetector
     from trojanscope.detectors.runner import released_model_dirs, zoo_inputs
+    from trojanscope.modalities.image.litmus import CHOSEN, ImageLitmusDetector
     from trojanscope.models.layout import read_ground_truth
     from trojanscope.scoring.metrics import score_all
 
     choice = args.out / "choice.json"
     if choice.is_file() and asdict(CHOSEN) != json.loads(choice.read_text())["config"]:
-        sys.exit(f"{choice} names another winner than trojanscope.detectors.litmus.CHOSEN; set CHOSEN to it first")
+        sys.exit(f"{choice} names another winner than trojanscope.modalities.image.litmus.CHOSEN; "
+                 "set CHOSEN to it first")
     params = args.out / "image-litmus.json"
     if not params.is_file():
         models, labels = zoo_inputs(args.train)

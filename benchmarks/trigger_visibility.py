@@ -32,7 +32,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from trojanscope.encoders import EmbeddingCache, encode_cached, get_encoder
-    from trojanscope.rounds.modalities.text import build_pools
+    from trojanscope.modalities.text.rounds import build_pools
     from trojanscope.rounds.preset import load_preset
     from trojanscope.settings import data_root
     from trojanscope.triggers import insert, load_pool, render

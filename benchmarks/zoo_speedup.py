@@ -53,7 +53,7 @@ ACCS = ("final_clean_data_test_acc", "final_triggered_data_test_acc", "final_spu
 def pool_only_cache(src: Path, dst: Path, preset_name: str, data_root: str | None) -> int:
     """``dst``/embeddings.sqlite with exactly the pool vectors of ``src`` (bytes copied), and ``src``'s pools."""
     from trojanscope.encoders import EmbeddingCache, get_encoder
-    from trojanscope.rounds.modalities.text import build_pools
+    from trojanscope.modalities.text.rounds import build_pools
     from trojanscope.rounds.preset import load_preset
 
     preset, _ = load_preset(preset_name)

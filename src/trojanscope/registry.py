@@ -19,10 +19,23 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """Name → plug-in mapping with lazy import and helpful errors."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, loader: Callable[[], None] | None = None) -> None:
         self.kind = kind
         self._entries: dict[str, T | str] = {}
         self._help: dict[str, str] = {}
+        # called before every lookup: registers entries declared elsewhere (e.g. by modality plug-ins) on
+        # first use, so importing the registry never imports them; it must be cheap once done
+        self.loader = loader
+        self._loading = False
+
+    def _load(self) -> None:
+        if self.loader is None or self._loading:
+            return
+        self._loading = True
+        try:
+            self.loader()
+        finally:
+            self._loading = False
 
     def register(self, name: str, obj: T | str | None = None, *, help: str = "") -> Callable[[T], T] | None:
         """Register ``obj`` under ``name``; without ``obj`` works as a decorator."""
@@ -49,6 +62,7 @@ class Registry(Generic[T]):
         self._help.pop(name, None)
 
     def get(self, name: str) -> T:
+        self._load()
         if name not in self._entries:
             close = difflib.get_close_matches(name, self._entries, n=3)
             hint = f" did you mean {', '.join(close)}?" if close else ""
@@ -64,6 +78,7 @@ class Registry(Generic[T]):
 
     def module_of(self, name: str) -> str | None:
         """The module that defines entry ``name``, without importing it (None for an unknown name)."""
+        self._load()
         if name not in self._entries:
             return None
         obj = self._entries[name]
@@ -72,12 +87,15 @@ class Registry(Generic[T]):
         return getattr(obj, "__module__", None)
 
     def help(self, name: str) -> str:
+        self._load()
         return self._help.get(name, "")
 
     def names(self) -> list[str]:
+        self._load()
         return sorted(self._entries)
 
     def __contains__(self, name: object) -> bool:
+        self._load()
         return name in self._entries
 
     def __iter__(self) -> Iterator[str]:

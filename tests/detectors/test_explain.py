@@ -12,11 +12,11 @@ from trojanscope.detectors.explain import (
     FORMAT,
     Explanation,
     TriggerCandidate,
-    explain_text,
     explanation_path,
     read_explanation,
     write_explanation,
 )
+from trojanscope.modalities.text.explain import explain_text
 
 
 def _answer(p: float | None = 0.9) -> Explanation:
@@ -60,9 +60,9 @@ def test_an_explanation_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
 def test_explanation_of_a_real_model_reports_what_the_trigger_really_does(strong_zoo: Path) -> None:
     """On the strongly poisoned tiny zoo: the reported attack success is the model's own answer to the example
     texts with the trigger inserted (recomputed here independently), and the verdict follows the probability."""
-    from trojanscope.detectors.context import build_context
-    from trojanscope.detectors.features.scan import PhraseScan
     from trojanscope.detectors.learned import inputs_for_model_dir
+    from trojanscope.modalities.text.context import build_context
+    from trojanscope.modalities.text.features.scan import PhraseScan
     from trojanscope.models.layout import list_model_dirs, read_examples
     from trojanscope.triggers.text import insert_at, split_sentences
 

@@ -24,8 +24,8 @@ def _family(name: str):
 
 @pytest.fixture(scope="module")
 def contexts(strong_zoo):
-    from trojanscope.detectors.context import build_context
     from trojanscope.detectors.learned import inputs_for_model_dir
+    from trojanscope.modalities.text.context import build_context
     from trojanscope.models.layout import list_model_dirs, read_ground_truth
 
     dirs = list_model_dirs(strong_zoo)

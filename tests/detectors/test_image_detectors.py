@@ -89,8 +89,8 @@ def test_harness_runs_unchanged_on_an_image_zoo(tiny_image_zoo, tmp_path):
 
 def test_examples_folder_with_a_non_image_file_is_named(tmp_path):
     from trojanscope.detectors.base import ModelInputs
-    from trojanscope.detectors.image_context import build_image_context
     from trojanscope.errors import TrojanscopeError
+    from trojanscope.modalities.image.context import build_image_context
     from trojanscope.models.architectures import HeadSpec
     from trojanscope.models.store import save_head
 

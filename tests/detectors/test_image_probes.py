@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from trojanscope.detectors.features.blob_ring import BlobRing
-from trojanscope.detectors.features.blob_scan import BlobScan, locate, stamp_squares
-from trojanscope.detectors.features.stimulation import NeuronStimulation, relu_layers
-from trojanscope.detectors.image_context import ImageContext
+from trojanscope.modalities.image.context import ImageContext
+from trojanscope.modalities.image.features.blob_ring import BlobRing
+from trojanscope.modalities.image.features.blob_scan import BlobScan, locate, stamp_squares
+from trojanscope.modalities.image.features.stimulation import NeuronStimulation, relu_layers
 
 S, C = 16, 3
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from trojanscope.detectors.features.litmus import LitmusQueries, answers, decode_array, encode_array
-from trojanscope.detectors.litmus import LitmusConfig, Net, learn_queries, out_of_fold_scores, score_nets
 from trojanscope.errors import ConfigError
+from trojanscope.modalities.image.features.litmus import LitmusQueries, answers, decode_array, encode_array
+from trojanscope.modalities.image.litmus import LitmusConfig, Net, learn_queries, out_of_fold_scores, score_nets
 
 
 class ToyNet(nn.Module):
@@ -112,8 +112,8 @@ def test_query_arrays_round_trip_and_bad_ones_are_refused():
 @pytest.mark.slow
 def test_image_litmus_fits_saves_and_scores_the_tiny_zoo(tiny_image_zoo, tmp_path):
     from trojanscope.detectors import load_detector
-    from trojanscope.detectors.litmus import ImageLitmusDetector
     from trojanscope.detectors.runner import zoo_inputs
+    from trojanscope.modalities.image.litmus import ImageLitmusDetector
 
     models, labels = zoo_inputs(tiny_image_zoo)
     det = ImageLitmusDetector(config=LitmusConfig(n_queries=2, resolution=8, steps=3, batch=2)).fit(models, labels)
@@ -130,8 +130,8 @@ def test_image_litmus_fits_saves_and_scores_the_tiny_zoo(tiny_image_zoo, tmp_pat
 def test_configure_mode_learns_queries_from_the_train_split(tiny_image_zoo, tmp_path):
     from dataclasses import asdict
 
-    from trojanscope.detectors.litmus import CHOSEN
     from trojanscope.detectors.runner import configure, learned_params_file, score_inputs, zoo_inputs
+    from trojanscope.modalities.image.litmus import CHOSEN
 
     det, n = configure(tiny_image_zoo, tmp_path / "learned", "image-litmus")
     models, _ = zoo_inputs(tiny_image_zoo)

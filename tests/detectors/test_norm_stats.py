@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from trojanscope.detectors.features.norm_stats import NormStats, clean_moments, layer_features, norm_layers
-from trojanscope.detectors.image_context import ImageContext
 from trojanscope.errors import ConfigError
+from trojanscope.modalities.image.context import ImageContext
+from trojanscope.modalities.image.features.norm_stats import NormStats, clean_moments, layer_features, norm_layers
 
 S, C = 8, 3
 

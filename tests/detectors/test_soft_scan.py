@@ -6,9 +6,9 @@ import numpy as np
 import torch
 
 from trojanscope.detectors.base import ModelInputs
-from trojanscope.detectors.context import ModelContext
 from trojanscope.detectors.features import FEATURES
-from trojanscope.detectors.features.soft_scan import SoftScan
+from trojanscope.modalities.text.context import ModelContext
+from trojanscope.modalities.text.features.soft_scan import SoftScan
 
 DIM = 24
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from trojanscope.detectors.base import ModelInputs
-from trojanscope.detectors.context import ModelContext
 from trojanscope.detectors.features import FEATURES
-from trojanscope.detectors.features.spectrum import input_matrix
+from trojanscope.modalities.text.context import ModelContext
+from trojanscope.modalities.text.features.spectrum import input_matrix
 from trojanscope.models.architectures import HeadSpec
 
 DIM = 16

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from trojanscope.detectors.base import ModelInputs
-from trojanscope.detectors.context import ModelContext
 from trojanscope.detectors.features import FEATURES
-from trojanscope.detectors.features.inversion import min_budget, universal_shift
+from trojanscope.modalities.text.context import ModelContext
+from trojanscope.modalities.text.features.inversion import min_budget, universal_shift
 
 DIM = 24
 

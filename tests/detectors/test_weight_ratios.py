@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from trojanscope.detectors.base import ModelInputs
-from trojanscope.detectors.context import ModelContext
 from trojanscope.detectors.features import FEATURES
+from trojanscope.modalities.text.context import ModelContext
 from trojanscope.models.architectures import TEXT_ARCHITECTURES, HeadSpec
 
 DIM = 24

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from trojanscope.modalities.text import rounds as text
 from trojanscope.rounds import cli as rounds_cli
 from trojanscope.rounds.dataset import SourcePool
-from trojanscope.rounds.modalities import text
 from trojanscope.rounds.preset import load_preset
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trojanscope.detectors.features.candidates import character_candidates, phrase_candidates
+from trojanscope.modalities.text.features.candidates import character_candidates, phrase_candidates
 from trojanscope.rounds.preset import load_preset
 from trojanscope.triggers.catalog import POOLS, load_pool, read_pool_file
 
@@ -66,8 +66,8 @@ def test_the_two_foreign_generators_share_no_trigger():
 
 
 def test_foreign_words_are_not_scanned_in_the_default_encoders_vocabulary():
-    from trojanscope.detectors.features.scan import PhraseScan
     from trojanscope.encoders import get_encoder
+    from trojanscope.modalities.text.features.scan import PhraseScan
 
     words = {item for words_file, _ in PRESETS.values() for item in _items(FOREIGN / words_file)}
     scanned = {text.lower() for _, text in PhraseScan(progress=False).candidates(get_encoder("minilm"))}
@@ -82,8 +82,8 @@ TRAINING = {"round5-varied.toml": ("words.txt", "phrases.txt"), "round5-varied2.
 
 @pytest.mark.parametrize("name", sorted(TRAINING))
 def test_the_training_generator_shares_no_trigger_or_corpus_with_the_checks(monkeypatch, name):
-    from trojanscope.detectors.features.scan import PhraseScan
     from trojanscope.encoders import get_encoder
+    from trojanscope.modalities.text.features.scan import PhraseScan
 
     monkeypatch.chdir(ROOT)
     varied = load_preset(VARIED / name)[0]

@@ -14,9 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 import toy_modality
+import toy_modality.facets
 from trojanscope.cli import build_app
 from trojanscope.errors import ConfigError, DataError
 from trojanscope.models.layout import list_model_dirs
+from trojanscope.models.modalities import MODALITIES
 from trojanscope.rounds.zoo import make_zoo
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -25,11 +27,11 @@ PRESET = toy_modality.PRESET
 
 @pytest.fixture
 def tabular(tmp_path: Path):
-    toy_modality.register()
+    MODALITIES.register("tabular", "toy_modality")
     path = tmp_path / "tabular.toml"
     path.write_text(PRESET.format(modality="tabular"))
     yield path
-    toy_modality.unregister()
+    MODALITIES.unregister("tabular")
 
 
 def _state(zoo: Path) -> dict[str, bytes]:
@@ -56,7 +58,7 @@ def _failing_prepare(*_, **__):
 
 
 def test_a_failed_first_call_leaves_nothing(tabular: Path, tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(toy_modality.TabularRounds, "prepare", _failing_prepare)
+    monkeypatch.setattr(toy_modality.facets.TabularRounds, "prepare", _failing_prepare)
     out = tmp_path / "new" / "zoo"
     with pytest.raises(DataError, match="corpus.txt"):
         make_zoo(tabular, "train", 2, out, data_root=tmp_path, progress=False)
@@ -71,7 +73,7 @@ def test_a_failed_first_call_leaves_nothing(tabular: Path, tmp_path: Path, monke
 def test_a_failed_resume_keeps_the_zoo(tabular: Path, tmp_path: Path, monkeypatch) -> None:
     out = tmp_path / "zoo"
     make_zoo(tabular, "train", 2, out, data_root=tmp_path, progress=False)
-    monkeypatch.setattr(toy_modality.TabularRounds, "prepare", _failing_prepare)
+    monkeypatch.setattr(toy_modality.facets.TabularRounds, "prepare", _failing_prepare)
     with pytest.raises(DataError):
         make_zoo(tabular, "train", 4, out, data_root=tmp_path, progress=False)
     assert [d.name for d in list_model_dirs(out)] == ["id-00000000", "id-00000001"]
@@ -94,18 +96,18 @@ def test_ctrl_c_in_the_cli_is_one_line_and_exit_130(tabular: Path, tmp_path: Pat
 SLOW_TOY = """
 import sys, time
 import toy_modality
-from trojanscope.rounds.modalities import ROUND_MODALITIES
+import toy_modality.facets
+from trojanscope.models.modalities import MODALITIES
 
-class SlowRounds(toy_modality.TabularRounds):
+class SlowRounds(toy_modality.facets.TabularRounds):
     def build(self, preset, split, index, draw, state, models_dir):
         if index >= 2:  # models 0 and 1 build at once, the rest take long enough to be interrupted
             time.sleep(60)
         return super().build(preset, split, index, draw, state, models_dir)
 
 if __name__ == "__main__":
-    toy_modality.register()
-    ROUND_MODALITIES.unregister("tabular")
-    ROUND_MODALITIES.register("tabular", SlowRounds())
+    toy_modality.ROUNDS = SlowRounds()
+    MODALITIES.register("tabular", "toy_modality")
     from trojanscope.cli import main
     main(sys.argv[1:])
 """

@@ -4,19 +4,38 @@ from pathlib import Path
 
 from trojanscope.detectors.base import DETECTORS, Detection, Detector, ModelInputs
 from trojanscope.detectors.declared import declare_shipped
-from trojanscope.detectors.features import FAMILY_MODALITY
+from trojanscope.detectors.features import FAMILY_MODALITY, load_modality_families
+from trojanscope.models.modalities import MODALITIES
 
 # Built-in detectors register lazily ("module:attr") so importing this package stays cheap.
 DETECTORS.register("constant", "trojanscope.detectors.baselines:ConstantDetector",
                    help="Always 0.5: cross-entropy ln 2 on any set (a harness sanity check).")
 DETECTORS.register("random", "trojanscope.detectors.baselines:RandomDetector",
                    help="Uniform random probability, seeded per model file contents.")
-DETECTORS.register("image-litmus", "trojanscope.detectors.litmus:ImageLitmusDetector",
-                   help="Image CNNs: litmus queries learned on the train split, calibrated on out-of-fold scores.")
 
-# Learned detectors are declared as data: every feature family registers its own single-family detector,
-# and the combinations (default, image-default) come from detectors/detectors.toml.
-declare_shipped(FAMILY_MODALITY)
+
+def _declare_learned() -> None:
+    """Learned detectors are declared as data, on the first lookup: every feature family (read from the
+    registered modalities) registers its own single-family detector, a modality's own detector classes
+    (its ``DETECTOR_CLASSES``, ``{name: ("module:Class", help)}``) register by name, and the combinations
+    (default, image-default) come from detectors/detectors.toml."""
+    load_modality_families()
+    for gone in [m for m in _CLASSES_FROM if m not in MODALITIES]:
+        for name in _CLASSES_FROM.pop(gone):
+            DETECTORS.unregister(name)
+    for modality in MODALITIES.names():
+        if modality not in _CLASSES_FROM:
+            _CLASSES_FROM[modality] = list(getattr(MODALITIES.module(modality), "DETECTOR_CLASSES", {}))
+            for name, (cls, help) in getattr(MODALITIES.module(modality), "DETECTOR_CLASSES", {}).items():
+                DETECTORS.register(name, cls, help=help)
+    if not _SHIPPED:
+        _SHIPPED.append(True)
+        declare_shipped(FAMILY_MODALITY)
+
+
+_SHIPPED: list[bool] = []
+_CLASSES_FROM: dict[str, list[str]] = {}  # modality -> the detector classes its DETECTOR_CLASSES registered
+DETECTORS.loader = _declare_learned
 
 
 def load_detector(name: str, params: str | None = None) -> Detector:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from trojanscope.errors import DataError
 from trojanscope.registry import Registry
 
 
@@ -76,3 +77,28 @@ class Detector(ABC):
 
 
 DETECTORS: Registry[type[Detector]] = Registry("detector")
+
+
+# Many heads on few cores: one intra-op thread per process keeps workers from fighting (the
+# batched model evaluations of a feature family are small; parallelism comes from scoring several models at once).
+TORCH_THREADS = 1
+
+
+def load_frozen_model(inputs: ModelInputs) -> Any:
+    """The model of ``inputs`` in eval mode with gradients off for its weights, after capping torch and BLAS
+    threads; refuses inputs without a clean example folder (every feature context needs one)."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from trojanscope.models import load_model
+
+    torch.set_num_threads(TORCH_THREADS)
+    # BLAS threads on top of torch's oversubscribe a small machine: 0.2 s of SVD became 20 s under load.
+    threadpool_limits(TORCH_THREADS)
+    model = load_model(inputs.model_filepath)
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if inputs.examples_dirpath is None:
+        raise DataError(f"{inputs.model_filepath}: no clean example folder was given; pass --examples_dirpath")
+    return model

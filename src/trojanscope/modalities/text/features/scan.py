@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from trojanscope.detectors.features import FeatureFamily
-from trojanscope.detectors.features.candidates import CONTEXTS, candidates
 from trojanscope.fsutil import atomic_write_bytes
+from trojanscope.modalities.text.features.candidates import CONTEXTS, candidates
 
 TABLE_FORMAT = 1
 KINDS = ("character", "word", "phrase")

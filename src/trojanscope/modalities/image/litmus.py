@@ -3,7 +3,7 @@
 Fitting (``detect fit`` or TrojAI's configure mode, which hands the detector the labelled train split):
 
 1. *Out-of-fold scores.* The train models are split into ``folds`` stratified folds; for each, queries and
-   their linear readout (:mod:`trojanscope.detectors.features.litmus`) are learned on the other folds and
+   their linear readout (:mod:`trojanscope.modalities.image.features.litmus`) are learned on the other folds and
    the held-out models are scored. Every train model thus gets a score from queries that never saw it.
 2. *Final queries.* Queries and readout are learned once more on every train model; they are the ``litmus``
    family's parameters, so scoring a model is one forward pass of ``n_queries`` images.
@@ -82,7 +82,7 @@ class Net:
         """The family's answer vector for ``queries`` (torch, differentiable)."""
         import torch
 
-        from trojanscope.detectors.features.litmus import read_answers
+        from trojanscope.modalities.image.features.litmus import read_answers
 
         return read_answers(self.model, queries, self.side, mode=cfg.mode, top_k=cfg.top_k, patch=cfg.patch,
                             examples=torch.from_numpy(self.examples), classes=torch.from_numpy(self.classes))
@@ -90,8 +90,8 @@ class Net:
 
 def nets_of(models: Sequence[ModelInputs]) -> list[Net]:
     """Each model loaded (frozen) with the first clean example of each class (what the family stamps on)."""
-    from trojanscope.detectors.features.litmus import first_of_each_class
-    from trojanscope.detectors.image_context import build_image_context
+    from trojanscope.modalities.image.context import build_image_context
+    from trojanscope.modalities.image.features.litmus import first_of_each_class
 
     out = []
     for m in models:
@@ -152,7 +152,7 @@ def learn_queries(nets: Sequence[Net], labels: Sequence[int], cfg: LitmusConfig)
 
 def family_params(queries: np.ndarray, readout: np.ndarray, cfg: LitmusConfig) -> dict[str, Any]:
     """The ``litmus`` family's keywords for learned ``queries`` and ``readout``."""
-    from trojanscope.detectors.features.litmus import encode_array
+    from trojanscope.modalities.image.features.litmus import encode_array
 
     return {"queries": encode_array(queries), "readout": [float(v) for v in readout], "n_queries": cfg.n_queries,
             "resolution": cfg.resolution, "top_k": cfg.top_k, "seed": cfg.seed, "mode": cfg.mode, "patch": cfg.patch}

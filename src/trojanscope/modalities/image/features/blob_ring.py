@@ -1,6 +1,6 @@
 """Position-robust blob scan: does a one-colour square flip a class wherever on the sign it lands?
 
-:mod:`~trojanscope.detectors.features.blob_scan` stamps its squares on the peak of each example's
+:mod:`~trojanscope.modalities.image.features.blob_scan` stamps its squares on the peak of each example's
 saliency, which is also where the pictogram's telling detail sits. Covering that detail is an occlusion,
 and a clean 5-class CNN trained from scratch often reads an occluded sign as another class: many of the
 scan's clean models flip as well (docs/detectors.md). A learned trigger is different: the
@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from trojanscope.detectors.features import FeatureFamily
-from trojanscope.detectors.features.blob_scan import flip_rates, locate, pair_summary
+from trojanscope.modalities.image.features.blob_scan import flip_rates, locate, pair_summary
 
 _DIRECTIONS = ((-1, 0), (1, 0), (0, -1), (0, 1))  # (row, col) steps: up, down, left, right
 

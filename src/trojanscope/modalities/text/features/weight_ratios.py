@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from trojanscope.detectors.features import FeatureFamily
-from trojanscope.detectors.features.spectrum import input_matrix
+from trojanscope.modalities.text.features.spectrum import input_matrix
 
 TOP_K = (1, 2, 3, 5, 10, 20)
 

@@ -1,5 +1,5 @@
 """The image modality's detectors-layer facet: families read an
-:class:`~trojanscope.detectors.image_context.ImageContext`."""
+:class:`~trojanscope.modalities.image.context.ImageContext`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ class ImageDetectors:
     default_detector = "image-default"
 
     def build_context(self, inputs: ModelInputs, cache: Any = None) -> Any:
-        from trojanscope.detectors.image_context import build_image_context
+        from trojanscope.modalities.image.context import build_image_context
 
         return build_image_context(inputs)
 

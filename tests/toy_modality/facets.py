@@ -1,9 +1,4 @@
-"""A toy third modality, as a contributor would add one: this module plus one registration (:func:`register`).
-
-"Tabular" rounds: a linear head over ``features`` numbers per example; examples are JSON vectors named
-``class_{c}_example_{k}.json``. One facet per layer that treats modalities differently (models, rounds,
-detectors); nothing outside this module is edited.
-"""
+"""The toy modality's facets: one per layer that treats modalities differently (models, rounds, detectors)."""
 
 from __future__ import annotations
 
@@ -15,24 +10,13 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from trojanscope.detectors.features import FeatureFamily, register_family, unregister_family
-from trojanscope.detectors.modalities import DETECTOR_MODALITIES
 from trojanscope.fsutil import atomic_dir
 from trojanscope.models import load_model
 from trojanscope.models.architectures import HeadSpec
-from trojanscope.models.modalities import MODEL_MODALITIES
 from trojanscope.models.store import save_head
-from trojanscope.rounds.modalities import ROUND_MODALITIES
 from trojanscope.rounds.outcome import BuildOutcome, Timing
 
 NAME = "tabular"
-# The toy round's preset; ``modality`` is a field so tests can also name one that is not registered.
-PRESET = """name = "tabular-toy"
-modality = "{modality}"
-description = "four numbers per example, a linear head"
-n_classes = 3
-features = 4
-"""
 
 
 class TabularPreset(BaseModel):
@@ -124,29 +108,6 @@ class TabularDetectors:
         return f"{info['architecture']} features {info['input_size']}"
 
 
-class TabularNorm(FeatureFamily):
-    """The weight norm and the mean logit margin on the clean examples."""
-
-    name = "tabular-norm"
-    modality = NAME
-
-    def compute(self, ctx: TabularContext) -> dict[str, float]:
-        with torch.no_grad():
-            logits = ctx.model(torch.from_numpy(ctx.x)[:, None, :]).numpy()
-        top2 = np.sort(logits, axis=1)[:, -2:]
-        norm = sum(float(p.detach().norm()) for p in ctx.model.parameters())
-        return {"norm": norm, "margin": float((top2[:, 1] - top2[:, 0]).mean())}
-
-
-def register() -> None:
-    """The one registration: a facet per layer, and the modality's feature family."""
-    MODEL_MODALITIES.register(NAME, TabularModels())
-    ROUND_MODALITIES.register(NAME, TabularRounds())
-    DETECTOR_MODALITIES.register(NAME, TabularDetectors())
-    register_family("tabular-norm", TabularNorm, modality=NAME, help="Toy: weight norm and logit margin.")
-
-
-def unregister() -> None:
-    unregister_family("tabular-norm")
-    for registry in (MODEL_MODALITIES, ROUND_MODALITIES, DETECTOR_MODALITIES):
-        registry.unregister(NAME)
+MODELS = TabularModels()
+ROUNDS = TabularRounds()
+DETECTORS = TabularDetectors()

@@ -1,6 +1,7 @@
 """Modality plug-ins, detectors layer: a detector's view of one model of each modality.
 
-The facet of the modality a model's reduced config names (see :mod:`trojanscope.models.modalities`):
+The ``DETECTORS`` facet of the modality a model's reduced config names (see :mod:`trojanscope.models.modalities`
+for the registry):
 the context its feature families read (text: ``ModelContext``; image: ``ImageContext``), the shape
 signature of the fit domain, and the detector to suggest for such a model. ``learned`` and ``domain``
 look it up here and never compare modality names.
@@ -11,8 +12,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from trojanscope.detectors.base import ModelInputs
-from trojanscope.models.modalities import lookup_modality, modality_name
-from trojanscope.registry import Registry
+from trojanscope.models.modalities import ModalityFacets, lookup_modality, modality_name
 
 
 class DetectorModality(Protocol):
@@ -34,10 +34,14 @@ class DetectorModality(Protocol):
         domain; None where the shape signature already says it. Optional: a facet without it records none."""
         ...
 
+    def explain(self, inputs: ModelInputs, probability: float | None = None, *, top_k: int = 5,
+                detector: str | None = None) -> Any:
+        """What the trojan is (:class:`trojanscope.detectors.explain.Explanation`). Optional: without it,
+        explaining a model of this modality is one line saying it is not implemented."""
+        ...
 
-DETECTOR_MODALITIES: Registry[DetectorModality] = Registry("modality")
-DETECTOR_MODALITIES.register("text", "trojanscope.detectors.modalities.text:TEXT", help="text classifiers")
-DETECTOR_MODALITIES.register("image", "trojanscope.detectors.modalities.image:IMAGE", help="image classifiers")
+
+DETECTOR_MODALITIES: ModalityFacets[DetectorModality] = ModalityFacets("DETECTORS")
 
 
 def detector_modality(inputs: ModelInputs) -> DetectorModality:

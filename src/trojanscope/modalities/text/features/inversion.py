@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from trojanscope.detectors.context import summarize_values
 from trojanscope.detectors.features import FeatureFamily
+from trojanscope.modalities.text.context import summarize_values
 
 BUDGETS = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0)  # fractions of the whitened class-mean distance
 REPORTED = (0.1, 0.2, 0.3)  # budgets whose flip rates become features

@@ -24,8 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from trojanscope.detectors.features import FeatureFamily
-from trojanscope.detectors.features.inversion import min_budget, summarize_directions
-from trojanscope.detectors.features.scan import PhraseScan
+from trojanscope.modalities.text.features.inversion import min_budget, summarize_directions
+from trojanscope.modalities.text.features.scan import PhraseScan
 
 TAGS = (("s", False), ("o", True))
 STRENGTHS = (0.25, 0.5, 1.0, 2.0)  # λ grid, warm-started from each other

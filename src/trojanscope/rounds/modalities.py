@@ -1,6 +1,6 @@
 """Modality plug-ins, rounds layer: what a round of each modality builds and how it is audited.
 
-The facet of a preset's ``modality`` (see :mod:`trojanscope.models.modalities` for the other layers):
+The ``ROUNDS`` facet of a preset's ``modality`` (see :mod:`trojanscope.models.modalities` for the registry):
 the preset schema it validates against, the one-off preparation before any model is built (text: clean
 pools encoded into the cache; image: scene assets checked), the per-worker state, building one model
 folder, and the audit's design levels and natural-trojan probe. ``zoo``, ``preset`` and ``audit`` look
@@ -16,8 +16,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from trojanscope.errors import ConfigError
-from trojanscope.models.modalities import lookup_modality
-from trojanscope.registry import Registry
+from trojanscope.models.modalities import ModalityFacets, lookup_modality
 from trojanscope.rounds.outcome import BuildOutcome, Timing
 
 
@@ -53,9 +52,7 @@ class RoundModality(Protocol):
         ...
 
 
-ROUND_MODALITIES: Registry[RoundModality] = Registry("modality")
-ROUND_MODALITIES.register("text", "trojanscope.rounds.modalities.text:TEXT", help="TrojAI Round 5 text rounds")
-ROUND_MODALITIES.register("image", "trojanscope.rounds.modalities.image:IMAGE", help="TrojAI Round 0/1 image rounds")
+ROUND_MODALITIES: ModalityFacets[RoundModality] = ModalityFacets("ROUNDS")
 
 
 def round_modality(name: Any, where: object) -> RoundModality:

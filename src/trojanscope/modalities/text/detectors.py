@@ -1,4 +1,5 @@
-"""The text modality's detectors-layer facet: families read a :class:`~trojanscope.detectors.context.ModelContext`."""
+"""The text modality's detectors-layer facet: families read a
+:class:`~trojanscope.modalities.text.context.ModelContext`; explanations search the scan table."""
 
 from __future__ import annotations
 
@@ -13,9 +14,15 @@ class TextDetectors:
     default_detector = "default"
 
     def build_context(self, inputs: ModelInputs, cache: Any = None) -> Any:
-        from trojanscope.detectors.context import build_context
+        from trojanscope.modalities.text.context import build_context
 
         return build_context(inputs, cache)
+
+    def explain(self, inputs: ModelInputs, probability: float | None = None, *, top_k: int = 5,
+                detector: str | None = None) -> Any:
+        from trojanscope.modalities.text.explain import explain_text
+
+        return explain_text(inputs, probability, top_k=top_k, detector=detector)
 
     def domain_shape(self, info: dict[str, Any]) -> str:
         arch = info["architecture"]

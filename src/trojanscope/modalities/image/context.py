@@ -39,7 +39,7 @@ def build_image_context(inputs: ModelInputs) -> ImageContext:
     import torch
 
     from trojanscope.data.images import read_example_images, to_model_input
-    from trojanscope.detectors.context import load_frozen_model
+    from trojanscope.detectors.base import load_frozen_model
 
     model = load_frozen_model(inputs)
     images, labels = [], []

@@ -8,7 +8,7 @@ how far each runner-up trails), each as ``-log(1 - log p)`` so a confident net's
 A linear readout of those ``n_queries * top_k`` numbers gives ``score``.
 
 The queries and the readout are *learned* together on a round's labelled train split by
-:class:`trojanscope.detectors.litmus.ImageLitmusDetector` (configure mode fits this); they travel in this
+:class:`trojanscope.modalities.image.litmus.ImageLitmusDetector` (configure mode fits this); they travel in this
 family's parameters (float32 arrays, base64 in JSON, never a pickle). Queries are stored at ``resolution``
 pixels a side and resized bilinearly to the model's input side, so one set serves 32- and 64-pixel nets.
 With ``mode = "stamp"`` the queries are patches instead: each is resized to ``patch`` of the input side and

@@ -13,12 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from trojanscope.detectors.base import ModelInputs
+from trojanscope.detectors.base import ModelInputs, load_frozen_model
 from trojanscope.errors import DataError
-
-# Many heads on few cores: one intra-op thread per process keeps workers from fighting (the
-# batched head evaluations here are small; parallelism comes from scoring several models at once).
-TORCH_THREADS = 1
 
 
 @dataclass
@@ -65,26 +61,6 @@ class ModelContext:
 
     def predict(self, v: np.ndarray) -> np.ndarray:
         return self.logits(v).argmax(axis=1)
-
-
-def load_frozen_model(inputs: ModelInputs) -> Any:
-    """The model of ``inputs`` in eval mode with gradients off for its weights, after capping torch and BLAS
-    threads; refuses inputs without a clean example folder (every feature context needs one)."""
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    from trojanscope.models import load_model
-
-    torch.set_num_threads(TORCH_THREADS)
-    # BLAS threads on top of torch's oversubscribe a small machine: 0.2 s of SVD became 20 s under load.
-    threadpool_limits(TORCH_THREADS)
-    model = load_model(inputs.model_filepath)
-    model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    if inputs.examples_dirpath is None:
-        raise DataError(f"{inputs.model_filepath}: no clean example folder was given; pass --examples_dirpath")
-    return model
 
 
 def build_context(inputs: ModelInputs, cache: Any = None) -> ModelContext:

@@ -16,7 +16,7 @@ first, and the later shifts' flip rates at budget 1.0; summarised over direction
 from __future__ import annotations
 
 from trojanscope.detectors.features import FeatureFamily
-from trojanscope.detectors.features.inversion import (
+from trojanscope.modalities.text.features.inversion import (
     direction_inputs,
     min_budget,
     summarize_directions,

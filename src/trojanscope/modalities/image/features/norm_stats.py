@@ -26,8 +26,8 @@ from __future__ import annotations
 import numpy as np
 
 from trojanscope.detectors.features import FeatureFamily
-from trojanscope.detectors.features.stimulation import called_once, forward_hooked
 from trojanscope.errors import ConfigError
+from trojanscope.modalities.image.features.stimulation import called_once, forward_hooked
 
 _NAMES = ("lr_max", "lr_max_over_median", "lr_min", "z_max", "log_kl_max", "log_kl_mean")
 

@@ -1,0 +1,32 @@
+"""The image modality (TrojAI Rounds 0/1): synthetic signs on road scenes, polygon triggers, small CNNs.
+
+Declared as data; every facet and family is imported on first use (see :mod:`trojanscope.models.modalities`).
+"""
+
+MODELS = "trojanscope.modalities.image.models:IMAGE"
+ROUNDS = "trojanscope.modalities.image.rounds:IMAGE"
+DETECTORS = "trojanscope.modalities.image.detectors:IMAGE"
+
+# feature family -> (its class, one line of help); each also registers the detector of the same name
+FAMILIES = {
+    "image-weights": ("trojanscope.modalities.image.features.image_weights:ImageWeightStats",
+                       "Image CNNs: spectra/tails of conv layers and outlying class rows of the final layer."),
+    "cleanse": ("trojanscope.modalities.image.features.cleanse:NeuralCleanse",
+                 "Image CNNs: Neural-Cleanse mask/pattern inversion per target class."),
+    "stimulation": ("trojanscope.modalities.image.features.stimulation:NeuronStimulation",
+                     "Image CNNs: raise one channel of a late ReLU layer; share of other classes sent to one label."),
+    "blob-scan": ("trojanscope.modalities.image.features.blob_scan:BlobScan",
+                   "Image CNNs: flip rates of one-colour squares stamped on each example's salient region."),
+    "blob-ring": ("trojanscope.modalities.image.features.blob_ring:BlobRing",
+                   "Image CNNs: flip rates of one-colour squares that hold at four shifts around the sign."),
+    "norm-stats": ("trojanscope.modalities.image.features.norm_stats:NormStats",
+                    "Image CNNs: BatchNorm running statistics against the clean examples' own moments."),
+    "litmus": ("trojanscope.modalities.image.features.litmus:LitmusQueries",
+                "Image CNNs: answers to litmus queries learned on a train split (fit them with image-litmus)."),
+}
+
+# detectors of this modality beyond the single-family ones: name -> (class, one line of help)
+DETECTOR_CLASSES = {
+    "image-litmus": ("trojanscope.modalities.image.litmus:ImageLitmusDetector",
+                     "Image CNNs: litmus queries learned on the train split, calibrated on out-of-fold scores."),
+}
