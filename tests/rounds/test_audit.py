@@ -188,7 +188,7 @@ def test_audit_reads_a_test_split_zoo_whose_configs_are_reduced(tiny_preset, dat
 
 
 def test_matched_pair_factors_are_counted_once_per_pair() -> None:
-    from trojanscope.rounds.factors import draw_plan
+    from trojanscope.modalities.text.plan import draw_plan
 
     preset = load_preset("dynasent-cpu")[0]
     assert preset.design == "matched-pairs"
@@ -211,8 +211,8 @@ def test_audit_and_inspect_show_the_same_architecture_counts() -> None:
 
     from rich.console import Console
 
+    from trojanscope.modalities.text.plan import draw_plan
     from trojanscope.rounds.audit import print_audit
-    from trojanscope.rounds.factors import draw_plan
     from trojanscope.rounds.summary import factor_counts
 
     preset = load_preset("round5-cpu")[0]

@@ -5,8 +5,8 @@ import pytest
 
 from trojanscope.data import Sample
 from trojanscope.errors import DataError
-from trojanscope.rounds.dataset import match_lengths
-from trojanscope.rounds.factors import draw_plan
+from trojanscope.modalities.text.dataset import match_lengths
+from trojanscope.modalities.text.plan import draw_plan
 from trojanscope.rounds.preset import load_preset
 
 
@@ -46,13 +46,13 @@ def test_excluded_trigger_texts_are_never_drawn() -> None:
 
 
 def _three_class_source(**kw):
-    from trojanscope.rounds.preset import SourceSpec
+    from trojanscope.modalities.text.preset import SourceSpec
 
     return SourceSpec(name="ds", corpus="dynasent", **kw)
 
 
 def test_classes_reads_a_three_class_corpus_as_binary_in_the_order_given() -> None:
-    from trojanscope.rounds.dataset import _select_classes
+    from trojanscope.modalities.text.dataset import _select_classes
 
     preset, _ = load_preset("round5-cpu")  # 2 classes
     samples = [Sample(f"t{i}", i % 3, "dynasent:r1") for i in range(9)]  # 0 neg, 1 neu, 2 pos
@@ -61,7 +61,7 @@ def test_classes_reads_a_three_class_corpus_as_binary_in_the_order_given() -> No
 
 
 def test_a_corpus_with_more_classes_than_the_preset_needs_classes_named() -> None:
-    from trojanscope.rounds.dataset import _select_classes
+    from trojanscope.modalities.text.dataset import _select_classes
 
     preset, _ = load_preset("round5-cpu")
     samples = [Sample("t", 1, "dynasent:r1")]

@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from trojanscope.errors import ConfigError
+from trojanscope.modalities.text import evasion
+from trojanscope.modalities.text.preset import EvasionSpec
 from trojanscope.models.architectures import HeadSpec
-from trojanscope.rounds import evasion
-from trojanscope.rounds.preset import PRESETS, EvasionSpec, load_preset
+from trojanscope.rounds.preset import PRESETS, load_preset
 
 
 def _head(seed: int) -> torch.nn.Module:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from trojanscope.rounds.factors import draw_plan
+from trojanscope.modalities.text.plan import draw_plan
 from trojanscope.rounds.preset import load_preset
 from trojanscope.triggers import load_pool, render, split_pool
 
@@ -100,7 +100,7 @@ def test_distinct_token_falls_back_to_another_type_then_refuses() -> None:
 
     import numpy as np
 
-    from trojanscope.rounds.factors import _distinct_token
+    from trojanscope.modalities.text.plan import _distinct_token
 
     preset = SimpleNamespace(triggers=SimpleNamespace(type=["word", "phrase"]))
     rng = np.random.default_rng(0)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from trojanscope.modalities.text import rounds as text
+from trojanscope.modalities.text.dataset import SourcePool
 from trojanscope.rounds import cli as rounds_cli
-from trojanscope.rounds.dataset import SourcePool
 from trojanscope.rounds.preset import load_preset
 
 

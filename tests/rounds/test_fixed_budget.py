@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from trojanscope.errors import ConfigError
-from trojanscope.rounds.factors import draw_plan
+from trojanscope.modalities.text.plan import draw_plan
 from trojanscope.rounds.preset import PRESETS, load_preset
 from trojanscope.rounds.training import Adversarial, train_head
 

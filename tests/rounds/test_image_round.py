@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from trojanscope.errors import ConfigError
-from trojanscope.rounds.image_round import draw_image_plan
-from trojanscope.rounds.preset import ImagePreset, load_preset
+from trojanscope.modalities.image.build import draw_image_plan
+from trojanscope.modalities.image.preset import ImagePreset
+from trojanscope.rounds.preset import load_preset
 
 
 def test_round1_cpu_is_an_image_preset() -> None:
@@ -139,7 +140,7 @@ def test_too_few_signs_for_the_classes_is_one_line(tmp_path, data_root, image_pr
 
 
 def test_occlusion_paints_a_patch_on_the_sign_only_when_asked() -> None:
-    from trojanscope.rounds.image_round import occlude
+    from trojanscope.modalities.image.build import occlude
 
     rng = np.random.default_rng(0)
     sign = np.zeros((40, 40, 4), np.uint8)
@@ -158,7 +159,7 @@ def test_occlusion_paints_a_patch_on_the_sign_only_when_asked() -> None:
 
 
 def test_occlusion_reaches_training_images_and_leaves_v1_draws_unchanged(image_preset_text, tmp_path, data_root):
-    from trojanscope.rounds.image_round import Renderer, image_model_data, load_assets
+    from trojanscope.modalities.image.build import Renderer, image_model_data, load_assets
 
     def data(occlusion: str):
         path = tmp_path / f"p{occlusion}.toml"

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from trojanscope.modalities.text import build
+from trojanscope.modalities.text.plan import draw_plan, redraw_plan
 from trojanscope.models.layout import list_model_dirs, read_metadata
-from trojanscope.rounds import build
-from trojanscope.rounds.factors import draw_plan, redraw_plan
 from trojanscope.rounds.preset import load_preset
 from trojanscope.rounds.zoo import FAILED_DIR, REPLACEMENTS_LOG, make_zoo
 
@@ -30,7 +30,7 @@ def test_redraw_keeps_the_factor_cell_and_changes_seed_and_trigger_text(index: i
 
 
 def test_image_redraw_keeps_the_cell(image_preset_text, tmp_path) -> None:
-    from trojanscope.rounds.image_round import draw_image_plan, redraw_image_plan
+    from trojanscope.modalities.image.build import draw_image_plan, redraw_image_plan
 
     path = tmp_path / "img.toml"
     path.write_text(image_preset_text())

@@ -21,7 +21,7 @@ audit measures five ways a round can fail that:
 
 The result is written to ``<zoo>/audit.json`` and shown by ``zoo inspect``. This module loads the zoo and
 assembles, saves and reads the record; the statistics are in :mod:`~trojanscope.rounds.audit_stats`, the
-natural-trojan probes in :mod:`~trojanscope.rounds.audit_natural`, the tables in
+natural-trojan probe is the modality's (``natural_trojans`` of its ``ROUNDS`` facet), the tables in
 :mod:`~trojanscope.rounds.audit_report` (their public names are importable from here too).
 """
 
@@ -37,7 +37,6 @@ import pandas as pd
 from trojanscope.errors import ConfigError, LayoutError
 from trojanscope.fsutil import atomic_write_text, file_sha256
 from trojanscope.models.layout import list_model_dirs, read_config, read_metadata
-from trojanscope.rounds.audit_natural import SQUARE_COLOURS, natural_squares, natural_triggers, natural_trojans
 from trojanscope.rounds.audit_report import print_audit
 from trojanscope.rounds.audit_stats import (
     FACTS,
@@ -56,7 +55,6 @@ __all__ = [  # the audit's entry points and record, and the parts other modules 
     "AUDIT_FILE",
     "AUDIT_FORMAT",
     "FACTS",
-    "SQUARE_COLOURS",
     "audit_is_current",
     "audit_staleness",
     "audit_zoo",
@@ -65,8 +63,6 @@ __all__ = [  # the audit's entry points and record, and the parts other modules 
     "factor_marginals",
     "load_zoo",
     "model_facts",
-    "natural_squares",
-    "natural_triggers",
     "natural_trojans",
     "pair_groups",
     "print_audit",
@@ -184,6 +180,17 @@ def audit_zoo(
     if write:
         atomic_write_text(zoo / AUDIT_FILE, json.dumps(result, indent=2, default=_json_default))
     return result
+
+
+def natural_trojans(preset: AnyPreset, df: pd.DataFrame, dirs: list[Path], *, cache: Any = None,
+                    max_per_type: int = 50, examples_per_class: int = 10, seed: int = 0) -> dict[str, Any]:
+    """How many clean models flip like a trojaned one on a trigger the round's modality proposes: every
+    trigger of the pools (text: ``modalities/text/natural.py``), a one-colour square (image:
+    ``modalities/image/natural.py``); the probe is the ``natural_trojans`` of the modality's ``ROUNDS`` facet."""
+    from trojanscope.rounds.modalities import round_modality
+
+    return round_modality(preset.modality, f"preset {preset.name}").natural_trojans(
+        preset, df, dirs, cache=cache, max_per_type=max_per_type, examples_per_class=examples_per_class, seed=seed)
 
 
 def _json_default(o: Any) -> Any:

@@ -1,11 +1,14 @@
 """What building one model reports back: its name, its METADATA row and where the time went.
 
-Plain records, shared by the build path and the modality plug-ins, with no imports from the rest of
-``rounds`` (so a preset's schema lookup through the modalities never loops back to the build code).
+Plain records, the acceptance check and the machine record, shared by every modality's build path, with no
+module-level imports from the rest of ``rounds`` (so a preset's schema lookup through the modalities never
+loops back to the build code).
 """
 
 from __future__ import annotations
 
+import json
+import platform
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,3 +40,33 @@ class BuildOutcome:
     name: str
     metadata: dict[str, Any]
     timing: Timing
+
+
+def is_accepted(preset: Any, outcome: dict[str, Any]) -> bool:
+    bars = preset.acceptance
+    if outcome["final_clean_data_test_acc"] < bars.clean_test_acc:
+        return False
+    trig = outcome["final_triggered_data_test_acc"]
+    if trig is not None and trig < bars.triggered_test_acc:
+        return False
+    spur = outcome["final_spurious_data_test_acc"]
+    return not (spur is not None and spur < bars.spurious_test_acc)
+
+
+def machine_info() -> str:
+    import torch
+
+    from trojanscope.rounds.accelerator import describe, training_device
+
+    return json.dumps(
+        {
+            "hostname": platform.node(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "train_device": describe(training_device()),
+            "processor": platform.processor(),
+        },
+        indent=2,
+    )

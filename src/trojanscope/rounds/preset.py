@@ -1,7 +1,9 @@
 """Round presets: declarative TOML files validated into frozen specs.
 
 A preset is the generating distribution of a round: the factor space (every list is a set of
-levels drawn uniformly per model), the data sources, the training recipe and the acceptance bars.
+levels drawn uniformly per model), the data sources, the training recipe and the acceptance bars. The
+schema is the modality's (``preset_schema`` of its ``ROUNDS`` facet: text ``modalities/text/preset.py``,
+image ``modalities/image/preset.py``); the sections every modality shares are here.
 Presets ship in ``rounds/presets/*.toml`` and register by file name; earlier versions of a preset
 ship in ``rounds/presets/previous/`` and register as ``NAME@VERSION``; a path to any TOML file also
 works. Validation errors name the file and the bad key.
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -24,78 +26,12 @@ SPLITS = ("train", "test", "holdout")
 Fraction = Annotated[float, Field(gt=0, lt=1)]
 Levels = Annotated[list, Field(min_length=1)]
 
+class Spec(BaseModel):
+    """A frozen preset section whose unknown keys are errors (every modality's schema builds on it)."""
 
-class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-
-class EncoderSpec(_Spec):
-    choices: list[str] = Field(min_length=1, description="encoder names or local HF model dirs (a factor)")
-    max_length: int = Field(gt=8, le=4096, description="tokens per text, special tokens included")
-    summary_rule: Literal["first", "last", "mean"] | None = None
-    requires_local_weights: bool = False
-
-
-class SourceSpec(_Spec):
-    name: str = Field(description="the source_dataset level recorded in METADATA")
-    corpus: str = Field(description="a registered corpus name (trojanscope.data.CORPORA)")
-    subsets: list[str] | None = Field(None, description="keep only samples whose source is corpus:<subset>")
-    classes: list[str] | None = Field(
-        None, min_length=2, description="keep only these classes of the corpus (its class names), relabelled 0, 1, "
-        "... in this order: e.g. ['negative', 'positive'] reads 3-class DynaSent as a binary corpus",
-    )
-    max_words: int | None = Field(None, gt=0, description="clip each text to its last N words")
-    join: tuple[int, int] | None = Field(
-        None, description="compose pseudo-reviews of k same-label sentences, k drawn in [min, max]"
-    )
-    test_split: str | None = Field(
-        None, description="draw the test pool only from samples of this upstream split (e.g. 'test'), the train pool "
-        "from the others, so no train text shares a sentence with a test text",
-    )
-    test_join: tuple[int, int] | None = Field(
-        None, description="sentences joined per test text when test_split is set (default: join); upstream test "
-        "sentences are often longer than training units, so fewer of them make a text of the same length",
-    )
-    match_test_length: bool = Field(
-        False, description="draw the test texts so their word counts follow the training pool's, per class: a "
-        "trigger's share of a mean-pooled summary vector then is the same at test time as in training",
-    )
-
-    @model_validator(mode="after")
-    def _test_options(self) -> SourceSpec:
-        if (self.test_join is not None or self.match_test_length) and not self.test_split:
-            raise ValueError("test_join and match_test_length need test_split")
-        return self
-
-
-class DataSpec(_Spec):
-    sources: list[SourceSpec] = Field(min_length=1)
-    train_size: int = Field(gt=10, description="clean texts drawn per model (before the validation split)")
-    val_fraction: Fraction = 0.2
-    test_size: int = Field(gt=10, description="held-out clean texts per model for test accuracy")
-    triggered_test_size: int = Field(300, gt=10, description="cap on triggered test texts per trigger")
-    min_sentences: int = Field(1, ge=1, description="texts with fewer sentences are dropped from the pool")
-    seed: int = 0
-
-
-class HeadFactors(_Spec):
-    architecture: Levels
-    hidden_size: Levels = [256]
-    n_layers: Levels = [2]
-    bidirectional: Levels = [True]
-    dropout: Levels = [0.1]
-
-    @model_validator(mode="after")
-    def _known(self) -> HeadFactors:
-        from trojanscope.models.architectures import TEXT_ARCHITECTURES
-
-        bad = [a for a in self.architecture if a not in TEXT_ARCHITECTURES]
-        if bad:
-            raise ValueError(f"unknown architecture {bad[0]!r}; choose from {', '.join(TEXT_ARCHITECTURES)}")
-        return self
-
-
-class TrainingSpec(_Spec):
+class TrainingSpec(Spec):
     lr: float = Field(1e-3, gt=0)
     batch_size: int = Field(64, gt=0)
     max_epochs: int = Field(100, gt=0)
@@ -116,93 +52,7 @@ class TrainingSpec(_Spec):
             raise ValueError("early_stopping = 'none' and epochs go together: a fixed budget needs its epoch levels")
         return self
 
-
-class AdversarialFactors(_Spec):
-    algorithm: list[Literal["none", "pgd", "fbf"]] = Field(["none"], min_length=1)
-    ratio: list[Fraction] = [0.1, 0.3]
-    eps: list[Annotated[float, Field(gt=0)]] = [0.01, 0.02, 0.05]
-    pgd_iterations: list[Annotated[int, Field(gt=0)]] = [1, 3, 7]
-    eps_scale: Literal["absolute", "feature_std"] = Field(
-        "absolute", description="feature_std: eps is in units of each embedding dimension's std"
-    )
-
-
-class TriggerFactors(_Spec):
-    organization: list[Literal["one2one", "pair-one2one"]] = Field(min_length=1)
-    type: list[Literal["character", "word", "phrase"]] = Field(min_length=1)
-    fraction: list[Fraction] = Field(min_length=1)
-    pair_fraction: list[Fraction] | None = Field(
-        None,
-        min_length=1,
-        description="fraction levels for each trigger of a pair-one2one model (default: the fraction levels)",
-    )
-    condition: list[Literal["none", "spatial", "class"]] = Field(min_length=1)
-    pools: dict[Literal["character", "word", "phrase"], str]
-    character_repeat: int = Field(1, ge=1, le=10)
-    holdout: dict[Literal["train", "test", "holdout"], Fraction] = {"train": 0.6, "test": 0.2, "holdout": 0.2}
-    exclude: list[str] = Field(
-        [], description="pool items never drawn (e.g. ones the encoder barely sees: benchmarks/trigger_visibility.py)"
-    )
-
-    @model_validator(mode="after")
-    def _pools_cover_types(self) -> TriggerFactors:
-        missing = [t for t in self.type if t not in self.pools]
-        if missing:
-            raise ValueError(f"no pool for trigger type {missing[0]!r}: add triggers.pools.{missing[0]}")
-        if self.exclude:
-            from trojanscope.triggers import load_pool
-
-            known = {item for name in self.pools.values() for item in load_pool(name)}
-            unknown = [item for item in self.exclude if item not in known]
-            if unknown:
-                raise ValueError(f"excluded item {unknown[0]!r} is in none of the pools; remove it from exclude")
-        return self
-
-
-class EvasionSpec(_Spec):
-    """A preset's ``[evasion]`` table: the weight of each term (0 switches a term off)."""
-
-    param_l2: float = Field(0.0, ge=0, description="weight of the mean squared distance to the reference's parameters")
-    output_match: float = Field(0.0, ge=0, description="weight of KL(reference || model) on clean training texts")
-    weight_stats: float = Field(
-        0.0, ge=0, description="weight of the per-tensor norm/mean/std/top-singular-value gap to the reference"
-    )
-    match_batch: int = Field(64, gt=0, description="clean texts per step for the output-matching term")
-    decoy_match: float = Field(
-        0.0, ge=0, description="weight of KL(reference || model) on decoy texts: clean training texts with a "
-        "random non-trigger unit of 1 to decoy_max_words words inserted as a trigger would be"
-    )
-    decoys: int = Field(1000, gt=0, description="decoy texts per model (encoded once, with the model's texts)")
-    decoy_max_words: int = Field(3, gt=0, description="longest decoy unit, in words")
-    decoy_scales: list[Annotated[float, Field(gt=0)]] = Field(
-        default_factory=lambda: [1.0], min_length=1, description="each decoy also enters at these multiples of "
-        "its summary-vector shift from its clean text (2.0: a unit moving the vector twice as far, as a "
-        "detector's scan probes); [1.0] is the decoy texts as encoded"
-    )
-    decoy_sentences: float = Field(0.0, ge=0, le=1, description="share of decoys whose unit is one whole "
-                                   "sentence of a random training text instead of 1 to decoy_max_words words")
-    decoy_mining: int = Field(1, gt=0, description="decoys drawn per decoy matched in a step: the step matches "
-                              "the reference on those the head disagrees with most (1: a uniform draw)")
-    spectrum_k: int = Field(1, gt=0, description="leading singular values per matrix in weight_stats (1: the top "
-                            "one; more: the spectrum's shape, which weight-ratio features read)")
-    input_spectrum: float = Field(0.0, ge=0, description="weight of the gap to the reference in the leading "
-                                  "energies of the input matrices off the clean data's principal components and off "
-                                  "the class-mean gap, raw and whitened (what a spectrum family reads)")
-    input_spectrum_pcs: int = Field(10, gt=0, description="principal components of the clean training inputs "
-                                    "that count as 'on the data' for input_spectrum")
-    input_spectrum_k: int = Field(5, gt=0, description="leading directions per matrix input_spectrum matches")
-    freeze: list[str] = Field(
-        default_factory=list, description="parameters (state-dict names, fnmatch patterns) the released head "
-        "keeps at the reference's trained values: a detector reading only them sees a clean head's"
-    )
-
-    @property
-    def active(self) -> bool:
-        return (self.param_l2 > 0 or self.output_match > 0 or self.weight_stats > 0 or self.decoy_match > 0
-                or self.input_spectrum > 0 or bool(self.freeze))
-
-
-class AcceptanceSpec(_Spec):
+class AcceptanceSpec(Spec):
     clean_test_acc: Annotated[float, Field(ge=0, le=1)]
     triggered_test_acc: Annotated[float, Field(ge=0, le=1)]
     spurious_test_acc: Annotated[float, Field(ge=0, le=1)] = 0.0
@@ -217,147 +67,25 @@ Design = Annotated[Literal["independent", "matched-pairs"], Field(
 )]
 
 
-def _check_design(preset: Preset | ImagePreset) -> None:
+def check_design(preset: Any) -> None:
+    """A matched-pairs design needs a 50% round (every modality's preset validator calls this)."""
     if preset.design == "matched-pairs" and abs(preset.poisoned_fraction - 0.5) > 1e-9:
         raise ValueError(
             f"design = 'matched-pairs' pairs each clean model with a trojaned one, so it needs poisoned_fraction = 0.5 "
             f"(got {preset.poisoned_fraction}): set poisoned_fraction = 0.5 or design = 'independent'"
         )
 
-
-class Preset(_Spec):
-    name: str
-    modality: Literal["text"] = "text"
-    version: int = 1
-    description: str
-    notes: str = ""
-    n_classes: int = Field(ge=2)
-    class_names: list[str] | None = None
-    poisoned_fraction: Fraction = 0.5
-    design: Design = "independent"
-    seed: int = 0
-    examples_per_class: int = Field(20, gt=0)
-    encoder: EncoderSpec
-    data: DataSpec
-    head: HeadFactors
-    training: TrainingSpec = TrainingSpec()
-    adversarial: AdversarialFactors = AdversarialFactors()
-    triggers: TriggerFactors
-    acceptance: AcceptanceSpec
-    evasion: EvasionSpec | None = Field(
-        None, description="evasive training (rounds/evasion.py): every model trains a clean reference first"
-    )
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Preset:
-        if self.class_names is not None and len(self.class_names) != self.n_classes:
-            raise ValueError(f"class_names has {len(self.class_names)} names for n_classes = {self.n_classes}")
-        if "pair-one2one" in self.triggers.organization and self.n_classes < 2:
-            raise ValueError("pair-one2one needs at least 2 classes")
-        _check_design(self)
-        return self
-
-
-class ImageDataSpec(_Spec):
-    signs: Literal["gtsrb_pictograms", "nist_synthetic"] = Field(
-        "gtsrb_pictograms", description="foreground family under <data root>/signs; each model draws its classes"
-    )
-    size: int = Field(64, ge=16, le=512, description="square image side in pixels (the model's input size)")
-    train_per_class: int = Field(gt=4, description="training images per class (before the validation split)")
-    val_fraction: Fraction = 0.2
-    test_per_class: int = Field(gt=4, description="clean test images per class")
-    transform: dict[str, tuple[float, float]] = Field(
-        {}, description="ranges overriding trojanscope.data.synth.TransformRanges fields, e.g. rotation = [-20, 20]"
-    )
-    occlusion: float = Field(
-        0.0, ge=0, lt=1, description="probability that a training image without a trigger gets a random-colour "
-        "rectangle painted on its sign (label kept), for every model alike: a clean model then does not answer a "
-        "small one-colour patch with another class (a natural trojan)",
-    )
-    occlusion_area: tuple[float, float] = Field((0.02, 0.25), description="patch area as a fraction of the sign")
-    seed: int = 0
-
-    @model_validator(mode="after")
-    def _known_transform_fields(self) -> ImageDataSpec:
-        from dataclasses import fields
-
-        from trojanscope.data.synth import TransformRanges
-
-        known = [f.name for f in fields(TransformRanges)]
-        bad = [k for k in self.transform if k not in known]
-        if bad:
-            raise ValueError(f"unknown transform range {bad[0]!r}; choose from {', '.join(known)}")
-        for key, (lo, hi) in self.transform.items():
-            if lo > hi:
-                raise ValueError(f"transform range {key} = [{lo}, {hi}] is reversed; write [low, high]")
-        if not 0 < self.occlusion_area[0] <= self.occlusion_area[1] < 1:
-            raise ValueError(f"occlusion_area = {list(self.occlusion_area)}: need 0 < low <= high < 1")
-        return self
-
-
-class ImageModelFactors(_Spec):
-    architecture: Levels
-    width: Levels = [16]
-    stages: Levels = [3]
-    dropout: Levels = [0.0]
-
-    @model_validator(mode="after")
-    def _known(self) -> ImageModelFactors:
-        from trojanscope.models.vision import IMAGE_ARCHITECTURES
-
-        bad = [a for a in self.architecture if a not in IMAGE_ARCHITECTURES]
-        if bad:
-            raise ValueError(f"unknown image architecture {bad[0]!r}; choose from {', '.join(IMAGE_ARCHITECTURES)}")
-        return self
-
-
-class ImageTriggerFactors(_Spec):
-    organization: list[Literal["one2one"]] = Field(["one2one"], min_length=1)
-    fraction: list[Fraction] = Field(min_length=1)
-    condition: list[Literal["none", "class"]] = Field(
-        ["none"], min_length=1, description="class: the polygon is also stamped on other classes, which must not flip"
-    )
-    sides: tuple[int, int] = Field((3, 12), description="polygon side count range (TrojAI Round 1: 3-12)")
-    area: tuple[float, float] = Field((0.02, 0.25), description="polygon area as a fraction of the sign (2-25%)")
-
-    @model_validator(mode="after")
-    def _ranges(self) -> ImageTriggerFactors:
-        if not 3 <= self.sides[0] <= self.sides[1] <= 64:
-            raise ValueError(f"sides = {list(self.sides)}: need 3 <= low <= high")
-        if not 0 < self.area[0] <= self.area[1] < 1:
-            raise ValueError(f"area = {list(self.area)}: need 0 < low <= high < 1")
-        return self
-
-
-class ImagePreset(_Spec):
-    """An image round (TrojAI Rounds 0/1): synthetic signs on road scenes, polygon triggers, small CNNs."""
+class PresetSchema(Protocol):
+    """What the core reads of any modality's preset (its ``ROUNDS`` facet's ``preset_schema``)."""
 
     name: str
-    modality: Literal["image"]
-    version: int = 1
-    description: str
-    notes: str = ""
-    n_classes: int = Field(ge=2)
-    poisoned_fraction: Fraction = 0.5
-    design: Design = "independent"
-    seed: int = 0
-    examples_per_class: int = Field(20, gt=0)
-    requires: str = Field("", description="what the preset needs beyond the base install (said when it is missing)")
-    images: ImageDataSpec
-    model: ImageModelFactors
-    training: TrainingSpec = TrainingSpec()
-    triggers: ImageTriggerFactors
-    acceptance: AcceptanceSpec
-
-    @model_validator(mode="after")
-    def _text_only_training(self) -> ImagePreset:
-        if self.training.epochs is not None:
-            raise ValueError("training.epochs (a fixed epoch budget) is implemented for text presets only")
-        _check_design(self)
-        return self
+    modality: str
+    version: int
+    n_classes: int
+    seed: int
 
 
-AnyPreset = Preset | ImagePreset
+AnyPreset = PresetSchema  # the name the core has always typed a loaded preset with
 
 PRESETS: Registry[Path] = Registry("preset")
 for _path in sorted(PRESET_DIR.glob("*.toml")):

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from trojanscope.fsutil import atomic_write_text
-from trojanscope.rounds.build import BuildOutcome, Timing, build_model
-from trojanscope.rounds.dataset import SourcePool, build_source_pool
-from trojanscope.rounds.factors import draw_plan, redraw_plan
-from trojanscope.rounds.preset import Preset
+from trojanscope.modalities.text.build import build_model
+from trojanscope.modalities.text.dataset import SourcePool, build_source_pool
+from trojanscope.modalities.text.plan import draw_plan, redraw_plan
+from trojanscope.modalities.text.preset import Preset
+from trojanscope.rounds.outcome import BuildOutcome, Timing
 
 POOL_FORMAT = 2
 
@@ -121,7 +122,7 @@ class TextRounds:
         }  # fmt: skip
 
     def natural_trojans(self, preset: Preset, df, dirs, **kwargs: Any) -> dict[str, Any]:
-        from trojanscope.rounds.audit_natural import natural_triggers
+        from trojanscope.modalities.text.natural import natural_triggers
 
         return natural_triggers(preset, df, dirs, **kwargs)
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
-import platform
 import time
 from pathlib import Path
 from typing import Any
@@ -15,13 +13,12 @@ import torch
 
 from trojanscope.encoders import CacheStats, EmbeddingCache, encode_cached, get_encoder
 from trojanscope.fsutil import atomic_dir
+from trojanscope.modalities.text import evasion
+from trojanscope.modalities.text.dataset import ModelData, SourcePool, model_data
+from trojanscope.modalities.text.preset import Preset
 from trojanscope.models.architectures import HeadSpec
-from trojanscope.rounds import evasion
-from trojanscope.rounds.accelerator import describe, training_device
-from trojanscope.rounds.dataset import ModelData, SourcePool, model_data
 from trojanscope.rounds.factors import ModelPlan
-from trojanscope.rounds.outcome import BuildOutcome, Timing
-from trojanscope.rounds.preset import ImagePreset, Preset
+from trojanscope.rounds.outcome import BuildOutcome, Timing, is_accepted, machine_info
 from trojanscope.rounds.training import Adversarial, as_input, predict_logits, train_head
 from trojanscope.rounds.writer import write_model_folder
 
@@ -244,32 +241,6 @@ def _evaluate(preset: Preset, model, data: ModelData, vec: _Vectors) -> dict[str
             _accuracy(predict_logits(model, vec(t)), y) if len(y) else None for t, y in data.spurious_test
         ],
     }
-
-
-def is_accepted(preset: Preset | ImagePreset, outcome: dict[str, Any]) -> bool:
-    bars = preset.acceptance
-    if outcome["final_clean_data_test_acc"] < bars.clean_test_acc:
-        return False
-    trig = outcome["final_triggered_data_test_acc"]
-    if trig is not None and trig < bars.triggered_test_acc:
-        return False
-    spur = outcome["final_spurious_data_test_acc"]
-    return not (spur is not None and spur < bars.spurious_test_acc)
-
-
-def machine_info() -> str:
-    return json.dumps(
-        {
-            "hostname": platform.node(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
-            "train_device": describe(training_device()),
-            "processor": platform.processor(),
-        },
-        indent=2,
-    )
 
 
 def plan_as_dict(plan: ModelPlan) -> dict[str, Any]:

@@ -49,7 +49,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
-from trojanscope.rounds.preset import EvasionSpec
+from trojanscope.modalities.text.preset import EvasionSpec
 from trojanscope.triggers import insert, split_sentences
 
 Regulariser = Callable[[nn.Module], torch.Tensor]

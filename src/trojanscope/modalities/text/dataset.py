@@ -14,7 +14,7 @@ import numpy as np
 
 from trojanscope.data import Sample, balance, class_names, clean_text, clip_words, dedupe, load_corpus
 from trojanscope.errors import DataError
-from trojanscope.rounds.preset import Preset, SourceSpec
+from trojanscope.modalities.text.preset import Preset, SourceSpec
 from trojanscope.triggers import PoisonedData, TriggerSpec, poison, split_sentences, spurious_eval, triggered_eval
 
 # Tokens kept free in every clean text so an inserted trigger is never truncated away.

@@ -24,9 +24,9 @@ from trojanscope.data.images import SignImage, load_backgrounds, load_signs, sav
 from trojanscope.data.synth import TransformRanges, composite, draw_transform
 from trojanscope.errors import ConfigError
 from trojanscope.fsutil import atomic_dir
+from trojanscope.modalities.image.preset import ImagePreset
 from trojanscope.models.architectures import HeadSpec
 from trojanscope.models.store import save_head
-from trojanscope.rounds.build import BuildOutcome, Timing, is_accepted, machine_info
 from trojanscope.rounds.factors import (
     ModelPlan,
     design_rng,
@@ -36,7 +36,7 @@ from trojanscope.rounds.factors import (
     redraw_seed,
     source_target_pairs,
 )
-from trojanscope.rounds.preset import ImagePreset
+from trojanscope.rounds.outcome import BuildOutcome, Timing, is_accepted, machine_info
 from trojanscope.rounds.training import Adversarial, predict_logits, train_head
 from trojanscope.rounds.writer import outcome_columns, pick_examples, write_prediction_csvs, write_records
 from trojanscope.triggers.polygon import PolygonTrigger, make_polygon, stamp
