@@ -7,6 +7,7 @@ returns logits ``[N, C]``. Attribute names (``rnn``, ``linear``, ``dropout``, ``
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -14,7 +15,6 @@ import torch
 from torch import nn
 
 from trojanscope.errors import ModelFileError
-from trojanscope.models.vision import IMAGE_ARCHITECTURES
 
 
 class _RecurrentLinear(nn.Module):
@@ -104,7 +104,33 @@ TEXT_ARCHITECTURES: dict[str, type[nn.Module]] = {
     "FCLinear": FCLinearModel,
     "Linear": LinearModel,
 }
-ARCHITECTURES: dict[str, type[nn.Module]] = {**TEXT_ARCHITECTURES, **IMAGE_ARCHITECTURES}
+
+
+class _Architectures(Mapping[str, type[nn.Module]]):
+    """Architecture name -> class: the text heads above, then every registered modality's own (the
+    ``architectures`` of its ``MODELS`` facet, e.g. the image CNNs), read on each lookup (its facets are
+    imported once). A class with a ``from_spec(spec)`` classmethod is built by it; its instances' record
+    is read back by their ``head_spec(arch)``."""
+
+    def _all(self) -> dict[str, type[nn.Module]]:
+        from trojanscope.models.modalities import MODEL_MODALITIES
+
+        found = dict(TEXT_ARCHITECTURES)
+        for name in MODEL_MODALITIES.names():
+            found.update(getattr(MODEL_MODALITIES.get(name), "architectures", {}))
+        return found
+
+    def __getitem__(self, name: str) -> type[nn.Module]:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+ARCHITECTURES: Mapping[str, type[nn.Module]] = _Architectures()
 
 
 @dataclass(frozen=True)
@@ -133,16 +159,16 @@ class HeadSpec:
     def build(self) -> nn.Module:
         if self.activation not in ("relu", "none"):
             raise ModelFileError(f"unknown activation {self.activation!r}; known: relu, none")
-        if self.architecture not in ARCHITECTURES:
-            raise ModelFileError(f"unknown model architecture {self.architecture!r}; known: {', '.join(ARCHITECTURES)}")
+        known = dict(ARCHITECTURES)
+        if self.architecture not in known:
+            raise ModelFileError(f"unknown model architecture {self.architecture!r}; known: {', '.join(known)}")
         if self.architecture in ("GruLinear", "LstmLinear"):
-            return ARCHITECTURES[self.architecture](
+            return known[self.architecture](
                 self.input_size, self.hidden_size, self.output_size, self.dropout, self.bidirectional, self.n_layers
             )
-        if self.architecture in IMAGE_ARCHITECTURES:
-            return IMAGE_ARCHITECTURES[self.architecture](
-                self.input_size, self.hidden_size, self.output_size, self.dropout, self.n_layers
-            )
+        from_spec = getattr(known[self.architecture], "from_spec", None)
+        if from_spec is not None:  # a modality's architecture (image CNNs)
+            return from_spec(self)
         if self.architecture == "FCLinear":
             return FCLinearModel(
                 self.input_size, self.hidden_size, self.output_size, self.dropout, self.n_layers, self.activation

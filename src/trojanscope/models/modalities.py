@@ -44,6 +44,10 @@ class ModelModality(Protocol):
         """NIST's name for the tokenizer/embedding file an export writes for this model (None: no such file)."""
         ...
 
+    # Optional: ``architectures``, name -> nn.Module class of the modality's own networks, which
+    # ``models.architectures.ARCHITECTURES`` adds to the text heads (each class has ``from_spec(spec)`` and
+    # its instances ``head_spec(arch)``).
+
 
 class Modalities:
     """Modality name -> its plug-in package (a module path, imported on first use, or the module itself)."""

@@ -27,7 +27,6 @@ from trojanscope.errors import ModelFileError
 from trojanscope.fsutil import atomic_write_bytes
 from trojanscope.models.architectures import ARCHITECTURES, HeadSpec
 from trojanscope.models.safe_pickle import PickledModule
-from trojanscope.models.vision import IMAGE_ARCHITECTURES
 
 # model_factories class name <-> our architecture key (TrojAI config "model_architecture").
 CLASS_TO_ARCH = {"GruLinearModel": "GruLinear", "LstmLinearModel": "LstmLinear",
@@ -156,13 +155,8 @@ def spec_of_head(model: nn.Module) -> HeadSpec:
     arch = next((k for k, cls in ARCHITECTURES.items() if type(model) is cls), None)
     if arch is None:
         raise ModelFileError(f"cannot export a {type(model).__name__}; known heads: {', '.join(ARCHITECTURES)}")
-    if arch in IMAGE_ARCHITECTURES and hasattr(model, "net"):  # torchvision-backed
-        return HeadSpec(arch, int(model.input_size), int(model.output_size), hidden_size=0,
-                        dropout=float(model.dropout.p), bidirectional=False, n_layers=0)
-    if arch in IMAGE_ARCHITECTURES:  # image nets keep their trained input side as an attribute
-        width = model.linear.in_features // 2 ** (len(model.features) - 1)
-        return HeadSpec(arch, int(model.input_size), model.linear.out_features, hidden_size=width,
-                        dropout=float(model.dropout.p), bidirectional=False, n_layers=len(model.features))
+    if callable(getattr(model, "head_spec", None)):  # a modality's architecture reads its own record
+        return model.head_spec(arch)
     spec = spec_from_state(arch, model.state_dict(), float(model.dropout.p), "<in-memory head>")
     if arch == "FCLinear" and isinstance(model.relu, nn.Identity):
         spec = dataclasses.replace(spec, activation="none")

@@ -11,6 +11,14 @@ from trojanscope.models.layout import example_image_labels
 
 class ImageModels:
     name = "image"
+
+    @property
+    def architectures(self) -> dict[str, type]:
+        """The image CNNs (name -> class), added to the core's ``ARCHITECTURES``."""
+        from trojanscope.modalities.image.architectures import IMAGE_ARCHITECTURES
+
+        return IMAGE_ARCHITECTURES
+
     required_config_keys = ("model_architecture", "number_classes", "modality", "image_size")
     example_kind = "image"
     reduced_config_keys = ("image_size", "image_channel_order", "image_scaling")  # how its input is made

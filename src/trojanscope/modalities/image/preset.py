@@ -55,7 +55,7 @@ class ImageModelFactors(Spec):
 
     @model_validator(mode="after")
     def _known(self) -> ImageModelFactors:
-        from trojanscope.models.vision import IMAGE_ARCHITECTURES
+        from trojanscope.modalities.image.architectures import IMAGE_ARCHITECTURES
 
         bad = [a for a in self.architecture if a not in IMAGE_ARCHITECTURES]
         if bad:

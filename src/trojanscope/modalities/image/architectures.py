@@ -8,7 +8,9 @@ trained at is kept as ``input_size`` (a plain attribute, part of its architectur
 
 Their :class:`~trojanscope.models.architectures.HeadSpec` reuses the head fields: ``input_size`` = image
 side, ``hidden_size`` = channels of the first stage (doubling per stage), ``n_layers`` = stages (each
-halves the resolution), ``dropout`` before the final linear layer.
+halves the resolution), ``dropout`` before the final linear layer. They reach the core's
+``ARCHITECTURES`` through the ``architectures`` of the image modality's ``MODELS`` facet; ``from_spec`` and
+``head_spec`` are how the core builds one from its record and reads the record back.
 """
 
 from __future__ import annotations
@@ -16,12 +18,28 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from trojanscope.models.architectures import HeadSpec
+
+
+class _ImageArchitecture(nn.Module):
+    """What every image architecture shares: built from a :class:`HeadSpec`, and its record read back."""
+
+    @classmethod
+    def from_spec(cls, spec: HeadSpec) -> nn.Module:
+        return cls(spec.input_size, spec.hidden_size, spec.output_size, spec.dropout, spec.n_layers)
+
+    def head_spec(self, arch: str) -> HeadSpec:
+        """The record of this instance (an image net keeps its trained input side as an attribute)."""
+        width = self.linear.in_features // 2 ** (len(self.features) - 1)
+        return HeadSpec(arch, int(self.input_size), self.linear.out_features, hidden_size=width,
+                        dropout=float(self.dropout.p), bidirectional=False, n_layers=len(self.features))
+
 
 def _conv_bn(c_in: int, c_out: int) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU())
 
 
-class ConvNetModel(nn.Module):
+class ConvNetModel(_ImageArchitecture):
     """Stages of conv3x3-BN-ReLU and 2x2 max pooling, then global average pooling and a linear layer."""
 
     def __init__(self, input_size: int, width: int, output_size: int, dropout: float, n_stages: int) -> None:
@@ -52,7 +70,7 @@ class _Residual(nn.Module):
         return self.pool(self.relu(self.conv2(self.conv1(x)) + self.skip(x)))
 
 
-class ResNetTinyModel(nn.Module):
+class ResNetTinyModel(_ImageArchitecture):
     """A stem (conv3x3-BN-ReLU, 2x2 pool, like ResNet's early downsampling), then residual stages (two 3x3 convs
     + a 1x1 skip, pooled), global pooling, linear. The early pool makes it ~4x cheaper than full-resolution
     residual stages (measured 171 s vs ~4x that for one 64x64 model on one core)."""
@@ -71,7 +89,7 @@ class ResNetTinyModel(nn.Module):
         return self.linear(self.dropout(h))
 
 
-class TorchvisionModel(nn.Module):
+class TorchvisionModel(_ImageArchitecture):
     """A torchvision classifier (the faithful Round 0/1 architectures), built without pretrained weights.
 
     torchvision is an optional extra (``pip install 'trojanscope[vision]'`` with a build matching your
@@ -97,6 +115,10 @@ class TorchvisionModel(nn.Module):
         self.input_size = input_size
         self.output_size = output_size
         self.dropout = nn.Dropout(dropout)  # kept for a uniform record; torchvision nets own their dropout
+
+    def head_spec(self, arch: str) -> HeadSpec:
+        return HeadSpec(arch, int(self.input_size), int(self.output_size), hidden_size=0,
+                        dropout=float(self.dropout.p), bidirectional=False, n_layers=0)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.net(images)
