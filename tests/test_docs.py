@@ -2,7 +2,7 @@
 
 Checked: every relative Markdown link (``[text](target)``, the part before ``#``), every repository path in
 backticks or code blocks (``src/…``, ``tests/…``, ``docs/…``, ``benchmarks/…``, ``.ci/…``, ``*.md``), and
-no path that climbs out of the repository (``../`` from the root; ``docs/research/`` pages may link ``../``).
+no path that climbs out of the repository (``../`` from the root; ``research/`` pages may link ``../``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "research").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "research").glob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 CODE = re.compile(r"```.*?```|`[^`\n]+`", re.S)
 REPO_PATH = re.compile(r"(?<![\w./-])((?:src|tests|docs|benchmarks|\.ci)/[\w./{}*-]*[\w*}]|[\w-]+\.md)(?![\w/-])")
@@ -36,7 +36,7 @@ def _exists(doc: Path, target: str) -> bool:
 
 
 def _leaves(doc: Path, path: str) -> bool:
-    """``../x`` from ``docs/research/`` stays inside the repository; from the root (or outside it) it leaves."""
+    """``../x`` from ``research/`` stays inside the repository; from the root (or outside it) it leaves."""
     return not (doc.parent / path).resolve().is_relative_to(ROOT)
 
 
