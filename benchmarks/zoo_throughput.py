@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -61,11 +62,10 @@ def main() -> None:
         report_from_files(args.out, args.workers)
         return
     if args.device:
-        from trojanscope.rounds.accelerator import TRAIN_DEVICE_ENV, resolve_device
+        from trojanscope.rounds.accelerator import select
 
-        chosen = str(resolve_device(args.device, variable="--device"))
-        os.environ[TRAIN_DEVICE_ENV] = os.environ["TROJANSCOPE_ENCODER_DEVICE"] = chosen
-        print(f"heads train and the encoder runs on {chosen}")
+        chosen = select(args.device, variable="--device")
+        print(f"heads train on {chosen}, the encoder runs on {os.environ['TROJANSCOPE_ENCODER_DEVICE']}")
 
     gpu = GpuSampler()
     t0 = time.perf_counter()
@@ -122,7 +122,7 @@ class GpuSampler:
     def __init__(self, every: float = 1.0) -> None:
         self.samples: list[tuple[float, float]] = []
         self._stop = threading.Event()
-        self._ok = subprocess.run(["sh", "-c", "command -v nvidia-smi"], capture_output=True).returncode == 0
+        self._ok = shutil.which("nvidia-smi") is not None
         if self._ok:
             self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
             self._thread.start()

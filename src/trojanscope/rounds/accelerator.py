@@ -8,9 +8,11 @@ On an accelerator every random number a head's training uses is still drawn on t
 generators and in the same order as a CPU build: the batch order (``randperm`` on the training generator),
 FBF's start (that generator too), and every dropout mask (the global CPU generator, the stream ``nn.Dropout``
 draws from on the CPU: ``torch.empty(shape).bernoulli_(1 - p) / (1 - p)`` is ``F.dropout``'s mask bit for bit).
-The masks travel to the device with the batch. What differs is only float summation order in the device's
-kernels, so a model trained on a GPU stays within a float tolerance of the CPU model of the same draw
-(``tests/rounds/test_train_device.py`` measures it where a GPU is present; docs/cluster.md has the figures).
+The masks travel to the device with the batch (dropout a network calls as a function rather than through an
+``nn.Dropout`` module, as torchvision's DenseNet does, is still drawn on the device). What differs is only float
+summation order in the device's kernels, so a model trained on a GPU stays within a float tolerance of the CPU
+model of the same draw (``tests/rounds/test_train_device.py`` measures it where a GPU is present; docs/cluster.md
+has the figures).
 
 Recurrent heads read one time step from a zero state, so on the device they run as their cells written out
 (``W_hh h0`` is zero: a GRU's hidden-to-hidden term is its bias; an LSTM's cell is ``i * g``) with the
@@ -55,6 +57,15 @@ def resolve_device(name: str | None, *, variable: str = TRAIN_DEVICE_ENV) -> tor
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise TrainDeviceError(f"{variable}={name!r} but torch sees no MPS device here; use cpu (or auto)")
     return device
+
+
+def select(name: str | None, *, variable: str = TRAIN_DEVICE_ENV) -> str:
+    """Resolve ``name`` and make it this process's (and its spawned workers') training device; the encoder follows
+    unless ``TROJANSCOPE_ENCODER_DEVICE`` is already set. Returns the device chosen (``cpu``, ``cuda``, ...)."""
+    chosen = str(resolve_device(name, variable=variable))
+    os.environ[TRAIN_DEVICE_ENV] = chosen
+    os.environ.setdefault("TROJANSCOPE_ENCODER_DEVICE", chosen)
+    return chosen
 
 
 def training_device() -> torch.device:

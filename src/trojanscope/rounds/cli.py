@@ -64,19 +64,17 @@ def make(
     """
     import os
 
-    from trojanscope.rounds.accelerator import TRAIN_DEVICE_ENV, TrainDeviceError, resolve_device
+    from trojanscope.rounds.accelerator import TrainDeviceError, select
     from trojanscope.rounds.summary import print_summary
     from trojanscope.rounds.zoo import make_zoo
 
     if ray_address:
         os.environ["RAY_ADDRESS"] = ray_address
     try:
-        chosen = str(resolve_device(device, variable="--device"))
+        select(device, variable="--device")  # spawned workers (and a local Ray cluster) inherit it
     except TrainDeviceError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    os.environ[TRAIN_DEVICE_ENV] = chosen  # spawned workers (and a local Ray cluster) inherit both
-    os.environ.setdefault("TROJANSCOPE_ENCODER_DEVICE", chosen)
 
     try:
         result = make_zoo(

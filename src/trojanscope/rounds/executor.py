@@ -195,9 +195,10 @@ def ray_task_options(max_retries: int) -> dict[str, Any]:
     import os
 
     from trojanscope.errors import ConfigError
+    from trojanscope.rounds.accelerator import TRAIN_DEVICE_ENV
 
     options: dict[str, Any] = {"max_retries": max_retries}
-    if os.environ.get("TROJANSCOPE_TRAIN_DEVICE", "").startswith("cuda"):
+    if os.environ.get(TRAIN_DEVICE_ENV, "").startswith("cuda"):
         raw = os.environ.get("TROJANSCOPE_RAY_TASKS_PER_GPU", "15")
         if not raw.isdigit() or int(raw) < 1:
             raise ConfigError(f"TROJANSCOPE_RAY_TASKS_PER_GPU={raw!r} must be a positive whole number")
