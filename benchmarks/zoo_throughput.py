@@ -114,6 +114,7 @@ def main() -> None:
         load_preset(args.out / "preset.toml")[0],
         args.workers,
     )
+    concurrency(args.out, args.workers)
 
 
 class GpuSampler:
@@ -175,6 +176,57 @@ def report_from_files(out: Path, workers: int) -> None:
             f"{(len(done) - 1) / span * 3600:.1f}"
         )
     report(pd.DataFrame(timed), write_metadata(out), load_preset(out / "preset.toml")[0], workers)
+    concurrency(out, workers)
+
+
+def _interval(folder: Path) -> tuple[float, float, float | None] | None:
+    """(start, end, timed seconds) of one build: its log's first timestamp (1 s resolution), the moment its folder
+    was written (model_stats.json), and the build's own ``total_s`` (None for a draw retired to failed/)."""
+    import json
+
+    try:
+        first = (folder / "log.txt").read_text().split(" ", 1)[0]
+        start = time.mktime(time.strptime(first, "%Y-%m-%dT%H:%M:%S"))
+        stats = folder / "model_stats.json"
+        end = stats.stat().st_mtime
+        total = json.loads(stats.read_text()).get("timing", {}).get("total_s")
+    except (OSError, ValueError):
+        return None
+    return start, end, total
+
+
+def concurrency(out: Path, workers: int) -> None:
+    """How busy the workers were: builds running at once over the run (kept and retired draws), the time before
+    all ``workers`` were busy, the rate while they all were, and the part of each build outside its timed
+    ``total_s`` (writing the folder). Separates a slow start (worker and encoder start-up) from a slow steady state."""
+    from trojanscope.models.layout import list_model_dirs
+    from trojanscope.rounds.zoo import FAILED_DIR
+
+    kept = [iv for d in list_model_dirs(out) if (iv := _interval(d))]
+    retired = [iv for d in sorted((out / FAILED_DIR).glob("id-*")) if (iv := _interval(d))]
+    spans = kept + retired
+    if len(spans) < 2:
+        return
+    t0 = min(s for s, _, _ in spans)
+    t1 = max(e for _, e, _ in spans)
+    grid = np.arange(t0, t1, 1.0)
+    active = np.array([sum(s <= t < e for s, e, _ in spans) for t in grid])
+    full = np.flatnonzero(active >= workers)
+    print(f"\n== worker concurrency ({len(kept)} kept, {len(retired)} retired draws; from the folders' logs) ==")
+    print(f"builds running at once between the first start and the last finish ({t1 - t0:.0f} s): mean "
+          f"{active.mean():.1f} of {workers}, median {np.median(active):.0f}")
+    if len(full):
+        a, b = grid[full[0]], grid[full[-1]]
+        done = sum(a <= e <= b for _, e, _ in kept)
+        rate = f"{done / (b - a) * 3600:.0f} models/h" if b > a else "-"
+        print(f"all {workers} busy from t+{a - t0:.0f} s to t+{b - t0:.0f} s; kept models finished in that window: "
+              f"{done} ({rate})")
+    else:
+        print(f"never all {workers} busy at once (peak {active.max()})")
+    untimed = [e - s - tot for s, e, tot in kept if tot is not None]
+    if untimed:
+        print(f"per build outside its timed total_s (folder writing; log times have 1 s resolution and start after "
+              f"the encoder is loaded): median {np.median(untimed):.1f} s, p90 {np.percentile(untimed, 90):.1f} s")
 
 
 def report(tm: pd.DataFrame, meta: pd.DataFrame, preset, workers: int) -> None:
