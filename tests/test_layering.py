@@ -118,9 +118,9 @@ def test_registry_strings_point_one_way() -> None:
 def test_registry_string_check_catches_an_upward_reference(tmp_path: Path) -> None:
     pkg = tmp_path / "trojanscope"
     (pkg / "data").mkdir(parents=True)
-    (pkg / "data" / "__init__.py").write_text('R.register("x", "trojanscope.detectors.learned:DefaultDetector")\n')
+    (pkg / "data" / "__init__.py").write_text('R.register("x", "trojanscope.detectors.learned:MetaDetector")\n')
     bad = upward_lazy_refs(pkg, _layers())
-    assert bad == ["data/__init__.py:1 refers to 'trojanscope.detectors.learned:DefaultDetector'"]
+    assert bad == ["data/__init__.py:1 refers to 'trojanscope.detectors.learned:MetaDetector'"]
 
 
 def test_no_private_name_is_imported_from_another_module() -> None:

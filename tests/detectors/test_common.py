@@ -8,13 +8,16 @@ round-trips its parameters through JSON, and refuses a model of the other modali
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 
 from trojanscope.detectors import DETECTORS, Detector, load_detector
+from trojanscope.detectors.declared import DetectorSpec
 from trojanscope.detectors.features import FAMILY_MODALITY, FEATURES
 from trojanscope.detectors.learned import MetaDetector
 from trojanscope.errors import ConfigError
@@ -22,24 +25,46 @@ from trojanscope.models.loading import model_info
 
 NEEDS = {"weights", "clean_examples", "queries", "encoder", "gradients"}
 NAMES = DETECTORS.names()
-LEARNED = [n for n in NAMES if isinstance(DETECTORS.get(n), type) and issubclass(DETECTORS.get(n), MetaDetector)]
+LEARNED = [n for n in NAMES if isinstance(DETECTORS.get(n), DetectorSpec)]
 OTHERS = [n for n in NAMES if n not in LEARNED]
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_detector_declares_itself(name):
-    cls = DETECTORS.get(name)
-    assert isinstance(cls, type) and issubclass(cls, Detector)
-    assert cls.name == name and cls.description and DETECTORS.help(name)
-    assert set(cls.needs) <= NEEDS, f"unknown needs {set(cls.needs) - NEEDS}"
+    factory = DETECTORS.get(name)
+    assert isinstance(factory, DetectorSpec) or (isinstance(factory, type) and issubclass(factory, Detector))
+    assert factory.name == name and factory.description and DETECTORS.help(name)
+    assert set(factory.needs) <= NEEDS, f"unknown needs {set(factory.needs) - NEEDS}"
+    det = factory()
+    assert isinstance(det, Detector) and det.name == name and det.needs == factory.needs
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_detector_is_a_plain_estimator(name):
+    """scikit-learn's contract: keyword-only ``__init__`` that stores every parameter unchanged (``clone`` checks
+    each one comes back as the very object passed), and ``get_params`` reads them all back."""
+    det = DETECTORS.get(name)()
+    init = inspect.signature(type(det).__init__).parameters
+    assert all(p.kind is p.KEYWORD_ONLY for n, p in init.items() if n != "self"), f"{type(det).__name__}.__init__"
+    params = det.get_params()
+    assert set(params) == set(init) - {"self"}
+    twin = clone(det)
+    assert type(twin) is type(det) and twin is not det and twin.get_params().keys() == params.keys()
+    assert not [k for k in vars(det) if k.endswith("_")], "an unfitted detector holds no learned state"
+    factory = DETECTORS.get(name)
+    if isinstance(factory, DetectorSpec):  # the declaration's own parameters, unchanged
+        assert params["families"] == factory.families and params["name"] == name
+        assert params["fallback"] == factory.fallback
+        assert type(det) is factory.estimator_class() and issubclass(type(det), MetaDetector)
+        assert DETECTORS.get(name)(seed=3, workers=2).get_params() == {**params, "seed": 3, "workers": 2}
 
 
 @pytest.mark.parametrize("name", LEARNED)
 def test_learned_detector_reads_families_of_its_modality(name):
-    cls = DETECTORS.get(name)
-    assert cls.families and cls.modality in {"text", "image"}
-    for family in cls.families:
-        assert FAMILY_MODALITY[family] == FEATURES.get(family).modality == cls.modality
+    spec = DETECTORS.get(name)
+    assert spec.families and spec.modality in {"text", "image"} and spec().modality == spec.modality
+    for family in spec.families:
+        assert FAMILY_MODALITY[family] == FEATURES.get(family).modality == spec.modality
 
 
 @pytest.mark.slow

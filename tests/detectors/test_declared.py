@@ -31,12 +31,13 @@ def toy_family():
 def test_a_family_registered_at_runtime_becomes_a_detector(toy_family):
     from trojanscope.detectors.learned import MetaDetector
 
-    cls = DETECTORS.get(toy_family)
-    assert issubclass(cls, MetaDetector) and cls.__name__ == "ToyNormDetector"
-    assert cls.families == ("toy-norm",) and cls.modality == "text" and cls.needs == {"weights"}
+    spec = DETECTORS.get(toy_family)
+    assert spec is DETECTOR_SPECS["toy-norm"] and spec.estimator_class() is MetaDetector
+    assert spec.families == ("toy-norm",) and spec.modality == "text" and spec.needs == {"weights"}
     assert "toy-norm" in DETECTORS.names() and DETECTORS.help("toy-norm").endswith("(needs --params)")
     rows = [{"toy-norm.norm": float(v)} for v in [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]]
-    det = cls().fit_features(rows, [0, 0, 0, 1, 1, 1])
+    det = spec().fit_features(rows, [0, 0, 0, 1, 1, 1])
+    assert type(det) is MetaDetector and det.families == ("toy-norm",) and det.name == "toy-norm"
     p = det.score_features(rows)
     assert np.all((p >= 0) & (p <= 1)) and p[-1] > p[0]
 
@@ -54,11 +55,30 @@ def test_shipped_combinations_are_declared_in_the_toml():
     assert DETECTORS.get("image-default").shipped == "image-default.json"
 
 
+def test_a_modality_declares_its_own_detector_with_its_estimator_class():
+    from trojanscope.modalities.image.litmus import ImageLitmusDetector
+
+    spec = DETECTORS.get("image-litmus")
+    assert spec.estimator_class() is ImageLitmusDetector and spec.shipped == "image-litmus.json"
+    assert spec.families == ("litmus",) and spec.modality == "image"
+    det = spec(folds=3)
+    assert type(det) is ImageLitmusDetector and det.folds == 3 and det.name == "image-litmus"
+    assert type(spec.default()) is ImageLitmusDetector and spec.default().classifier_ is not None
+
+
+def test_the_shipped_parameter_files_load_into_their_declared_detectors():
+    for name in ("default", "image-default", "image-litmus"):
+        det = DETECTORS.get(name).default()
+        assert det.name == name and det.families == DETECTORS.get(name).families
+        assert det.family_params == det.family_params_ and det.classifier_.n_train == det.trained_on_["n_models"]
+
+
 @pytest.mark.parametrize("toml,match", [
     ('[detectors.x]\nfamilies = ["weights", "nope"]', "unknown feature families"),
     ('[detectors.x]\nfamilies = ["weights", "image-weights"]', "mix modalities"),
     ('[detectors.x]\nfamilies = []', "non-empty list"),
     ('[detectors.x]\nfamilies = ["weights"]\ncolour = 1', "unknown keys"),
+    ('[detectors.x]\nfamilies = ["weights"]\nestimator = "os:system"', "unknown keys"),  # a data file names no code
     ('[detectors.x]\nfamilies = ["weights"]\nfallback = "image-default"', "fallback must map"),
     ("[detectors.x\n", "not valid TOML"),
 ])

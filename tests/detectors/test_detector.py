@@ -39,10 +39,7 @@ def test_registry_lists_learned_detectors():
 def test_meta_detector_needs_what_its_families_read():
     from trojanscope.detectors.learned import MetaDetector
 
-    class Both(MetaDetector):
-        families = ("image-weights", "norm-stats")
-
-    assert Both.needs == {"weights", "clean_examples"}
+    assert MetaDetector(families=("image-weights", "norm-stats")).needs == {"weights", "clean_examples"}
     assert DETECTORS.get("image-default").needs == {"weights", "gradients", "clean_examples"}
     assert DETECTORS.get("scan").needs == {"queries", "clean_examples", "encoder"}
 
@@ -81,11 +78,10 @@ def _strip(model_dir: Path, dest: Path) -> Path:
 @pytest.fixture(scope="module")
 def fitted(strong_zoo, tmp_path_factory, light_params):
     """The default detector (light family settings) fitted on the tiny zoo, saved, and its scores."""
-    from trojanscope.detectors.learned import DefaultDetector
     from trojanscope.detectors.runner import zoo_inputs
 
     models, labels = zoo_inputs(strong_zoo)
-    det = DefaultDetector(family_params=light_params).fit(models, labels)
+    det = DETECTORS.get("default")(family_params=light_params).fit(models, labels)
     path = tmp_path_factory.mktemp("params") / "default.json"
     det.save(path, zoo="tiny")
     return det, path, models, labels, [det.score(m) for m in models]

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from trojanscope.cli import build_app
-from trojanscope.detectors import load_detector
+from trojanscope.detectors import DETECTORS, load_detector
 
 LIGHT = {"cleanse": {"steps": 5, "per_class": 3}, "blob-scan": {"sides": [4]}, "blob-ring": {"sides": [4]},
          "stimulation": {"per_class": 2}}
@@ -20,11 +20,10 @@ LIGHT = {"cleanse": {"steps": 5, "per_class": 3}, "blob-scan": {"sides": [4]}, "
 
 @pytest.fixture(scope="module")
 def fitted_image(tiny_image_zoo, tmp_path_factory):
-    from trojanscope.detectors.learned import ImageDefaultDetector
     from trojanscope.detectors.runner import zoo_inputs
 
     models, labels = zoo_inputs(tiny_image_zoo)
-    det = ImageDefaultDetector(family_params=LIGHT).fit(models, labels)
+    det = DETECTORS.get("image-default")(family_params=LIGHT).fit(models, labels)
     path = tmp_path_factory.mktemp("params") / "image-default.json"
     det.save(path, zoo="tiny-image")
     return det, path, models, labels
@@ -74,13 +73,12 @@ def test_image_detector_round_trip_and_cli_contract(fitted_image, tmp_path):
 
 @pytest.mark.slow
 def test_harness_runs_unchanged_on_an_image_zoo(tiny_image_zoo, tmp_path):
-    from trojanscope.detectors.learned import ImageWeightsDetector
     from trojanscope.detectors.runner import zoo_inputs
     from trojanscope.scoring.harness import evaluate
 
     models, labels = zoo_inputs(tiny_image_zoo)
     params = tmp_path / "w.json"
-    ImageWeightsDetector().fit(models, labels).save(params)
+    DETECTORS.get("image-weights")().fit(models, labels).save(params)
     run = evaluate(tiny_image_zoo, tmp_path / "run", detector="image-weights", params=params, progress=False)
     assert len(run.results) == 4
     assert (run.results["status"] == "ok").all(), run.results.to_string()
@@ -106,15 +104,15 @@ def test_examples_folder_with_a_non_image_file_is_named(tmp_path):
 
 @pytest.mark.slow
 def test_default_detector_routes_image_models_and_text_detectors_refuse_them(tiny_image_zoo):
-    from trojanscope.detectors.learned import ImageDefaultDetector, WeightsDetector, inputs_for_model_dir
+    from trojanscope.detectors.learned import inputs_for_model_dir
     from trojanscope.errors import ConfigError
     from trojanscope.models.layout import list_model_dirs
 
-    assert ImageDefaultDetector.default().trained_on_["n_models"] >= 20  # the shipped parameters load
+    assert DETECTORS.get("image-default").default().trained_on_["n_models"] >= 20  # the shipped parameters load
     inputs = inputs_for_model_dir(list_model_dirs(tiny_image_zoo)[0])
     d = load_detector("default").score(inputs)  # routed to image-default by the reduced config
     assert 0 < d.probability < 1
     assert {k.split(".")[0] for k in d.features} == {"image-weights", "blob-scan", "stimulation", "blob-ring",
                                                       "norm-stats"}
     with pytest.raises(ConfigError, match="use --detector image-default"):
-        WeightsDetector().fit([inputs, inputs], [0, 1])
+        DETECTORS.get("weights")().fit([inputs, inputs], [0, 1])

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from trojanscope.detectors import DETECTORS
-from trojanscope.detectors.learned import MetaDetector
+from trojanscope.detectors.declared import DetectorSpec
 
 PIN_DIR = Path(__file__).with_name("pinned")
 FEATURE_RTOL, FEATURE_ATOL = 1e-3, 1e-4
@@ -54,8 +54,7 @@ def _stored(modality: str) -> dict:
 
 def _learned(modality: str) -> list[str]:
     return [name for name in DETECTORS.names()
-            if isinstance(cls := DETECTORS.get(name), type) and issubclass(cls, MetaDetector)
-            and cls.modality == modality]
+            if isinstance(spec := DETECTORS.get(name), DetectorSpec) and spec.modality == modality]
 
 
 def _write_new(name: str, payload) -> Path:

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from trojanscope.detectors.base import DETECTORS, Detection, Detector, ModelInputs
-from trojanscope.detectors.declared import declare_shipped
+from trojanscope.detectors.declared import MODALITY_SPEC_KEYS, declare, declare_shipped, spec_from_entry, undeclare
 from trojanscope.detectors.features import FAMILY_MODALITY, load_modality_families
 from trojanscope.models.modalities import MODALITIES
 
@@ -16,36 +16,40 @@ DETECTORS.register("random", "trojanscope.detectors.baselines:RandomDetector",
 
 def _declare_learned() -> None:
     """Learned detectors are declared as data, on the first lookup: every feature family (read from the
-    registered modalities) registers its own single-family detector, a modality's own detector classes
-    (its ``DETECTOR_CLASSES``, ``{name: ("module:Class", help)}``) register by name, and the combinations
-    (default, image-default) come from detectors/detectors.toml."""
+    registered modalities) registers its own single-family detector, a modality's own detectors (its
+    ``DETECTOR_DECLARATIONS``, ``{name: {families, description, params, estimator}}``, keys as in
+    detectors/detectors.toml plus the estimator's ``"module:Class"``) are declared by name, and the
+    combinations (default, image-default) come from detectors/detectors.toml."""
     load_modality_families()
-    for gone in [m for m in _CLASSES_FROM if m not in MODALITIES]:
-        for name in _CLASSES_FROM.pop(gone):
-            DETECTORS.unregister(name)
+    for gone in [m for m in _DECLARED_BY if m not in MODALITIES]:
+        for name in _DECLARED_BY.pop(gone):
+            undeclare(name)
     for modality in MODALITIES.names():
-        if modality not in _CLASSES_FROM:
-            _CLASSES_FROM[modality] = list(getattr(MODALITIES.module(modality), "DETECTOR_CLASSES", {}))
-            for name, (cls, help) in getattr(MODALITIES.module(modality), "DETECTOR_CLASSES", {}).items():
-                DETECTORS.register(name, cls, help=help)
+        if modality not in _DECLARED_BY:
+            entries = getattr(MODALITIES.module(modality), "DETECTOR_DECLARATIONS", {})
+            _DECLARED_BY[modality] = list(entries)
+            for name, entry in entries.items():
+                spec = spec_from_entry(name, entry, f"modality {modality}: DETECTOR_DECLARATIONS[{name!r}]",
+                                       FAMILY_MODALITY, keys=MODALITY_SPEC_KEYS)
+                declare(spec, help=spec.description)
     if not _SHIPPED:
         _SHIPPED.append(True)
         declare_shipped(FAMILY_MODALITY)
 
 
 _SHIPPED: list[bool] = []
-_CLASSES_FROM: dict[str, list[str]] = {}  # modality -> the detector classes its DETECTOR_CLASSES registered
+_DECLARED_BY: dict[str, list[str]] = {}  # modality -> the detectors its DETECTOR_DECLARATIONS declared
 DETECTORS.loader = _declare_learned
 
 
 def load_detector(name: str, params: str | None = None) -> Detector:
     """An instance of detector ``name``: fitted from a ``params`` file if given, else its shipped
     parameters (if it has any), else freshly constructed."""
-    cls = DETECTORS.get(name)
+    factory = DETECTORS.get(name)
     if params is not None:
-        return cls.load(params)  # type: ignore[attr-defined]
-    default = getattr(cls, "default", None)
-    return default() if callable(default) else cls()
+        return factory.load(params)
+    default = getattr(factory, "default", None)
+    return default() if callable(default) else factory()
 
 
 def shipped_params_file(name: str) -> Path | None:

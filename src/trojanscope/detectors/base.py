@@ -9,11 +9,12 @@ keyword parameters, ``fit`` sets learned state in attributes ending in ``_``.
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from trojanscope.errors import DataError
 from trojanscope.registry import Registry
@@ -51,12 +52,20 @@ class Detection:
 
 
 class Detector(ABC):
-    """Base class. Subclasses set ``name``, ``description`` and ``needs``."""
+    """Base class. Subclasses set ``name``, ``description`` and ``needs``; ``__init__`` takes keyword
+    parameters and stores each, unchanged, under its own name (what :meth:`get_params` reads back)."""
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     # Any of: "weights", "queries", "gradients", "clean_examples", "encoder".
     needs: ClassVar[frozenset[str]] = frozenset()
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Every ``__init__`` parameter as stored (scikit-learn's ``get_params``; ``deep`` is accepted for its
+        ``clone`` and changes nothing: a detector holds no nested estimators)."""
+        init = inspect.signature(type(self).__init__).parameters.values()
+        names = [p.name for p in init if p.name != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        return {name: getattr(self, name) for name in names}
 
     def fit(self, models: Sequence[ModelInputs], labels: Sequence[int]) -> Detector:
         """Learn parameters from a training zoo. Default: nothing to learn."""
@@ -76,7 +85,24 @@ class Detector(ABC):
         raise NotImplementedError(f"{cls.__name__} has no learned parameters to load")
 
 
-DETECTORS: Registry[type[Detector]] = Registry("detector")
+class DetectorFactory(Protocol):
+    """What the registry holds under a detector's name: a :class:`Detector` class, or a declaration
+    (:class:`~trojanscope.detectors.declared.DetectorSpec`) that builds one with its parameters."""
+
+    name: str
+    description: str
+    needs: frozenset[str]
+
+    def __call__(self, **params: Any) -> Detector:
+        """A new, unfitted detector."""
+        ...
+
+    def load(self, path: Path | str) -> Detector:
+        """A detector fitted from the parameter file ``path``."""
+        ...
+
+
+DETECTORS: Registry[DetectorFactory] = Registry("detector")
 
 
 # Many heads on few cores: one intra-op thread per process keeps workers from fighting (the

@@ -15,7 +15,7 @@ class ConstantDetector(Detector):
     name = "constant"
     description = "Always 0.5 (or --p): cross-entropy ln 2 on any set."
 
-    def __init__(self, p: float = 0.5) -> None:
+    def __init__(self, *, p: float = 0.5) -> None:
         self.p = p
 
     def score(self, inputs: ModelInputs) -> Detection:
@@ -29,7 +29,7 @@ class RandomDetector(Detector):
     description = "Uniform random probability; expected ROC-AUC 0.5."
     needs = frozenset({"weights"})
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, *, seed: int = 0) -> None:
         self.seed = seed
 
     def score(self, inputs: ModelInputs) -> Detection:

@@ -1,12 +1,15 @@
 """Learned detectors as data: a :class:`DetectorSpec` names the feature families a calibrated
-meta-classifier reads. Every feature family declares its single-family detector when it is registered
+meta-classifier reads, and is what the detector registry holds under its name. Calling it builds the
+estimator (:class:`~trojanscope.detectors.learned.MetaDetector`, or a modality's subclass of it) with those
+families; :meth:`DetectorSpec.load` and :meth:`DetectorSpec.default` build it fitted. Every feature family
+declares its single-family detector when it is registered
 (:func:`trojanscope.detectors.features.register_family`); combinations such as ``default`` are read from
-``detectors/detectors.toml``. The classes themselves are built on first use by
-:func:`trojanscope.detectors.learned.detector_class`.
+``detectors/detectors.toml``, and a modality declares its own in its ``DETECTOR_DECLARATIONS``.
 """
 
 from __future__ import annotations
 
+import importlib
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -17,41 +20,66 @@ from trojanscope.errors import ConfigError
 
 DETECTOR_SPECS: dict[str, DetectorSpec] = {}
 SPEC_KEYS = {"families", "description", "params", "fallback"}
+# A modality's declarations are Python, not a data file, so they may also name the estimator class.
+MODALITY_SPEC_KEYS = SPEC_KEYS | {"estimator"}
+META_DETECTOR = "trojanscope.detectors.learned:MetaDetector"
 
 
 @dataclass(frozen=True)
 class DetectorSpec:
-    """One learned detector: its name, families, modality, one-line description, shipped parameters and
-    per-modality fallback detectors."""
+    """One learned detector: its name, families, modality, one-line description, shipped parameters,
+    per-modality fallback detectors, and the estimator class (``"module:Class"``) it builds."""
 
     name: str
     families: tuple[str, ...]
     modality: str
     description: str
-    shipped: str | None = None
+    shipped: str | None = None  # file name under detectors/params/
     fallback: dict[str, str] = field(default_factory=dict)
+    estimator: str = META_DETECTOR
 
     @property
-    def class_name(self) -> str:
-        """``image-default`` -> ``ImageDefaultDetector`` (the name pickles and imports use)."""
-        return "".join(part.capitalize() for part in self.name.split("-")) + "Detector"
+    def needs(self) -> frozenset[str]:
+        """What the detector it builds reads (its families': imports their modules)."""
+        return self().needs
+
+    def estimator_class(self) -> type:
+        module, _, attr = self.estimator.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def declared_params(self) -> dict[str, Any]:
+        """The estimator parameters this declaration fixes: ``name``, ``families``, ``fallback``."""
+        return {"name": self.name, "families": self.families, "fallback": dict(self.fallback)}
+
+    def __call__(self, **params: Any) -> Any:
+        """A new, unfitted detector: the estimator with the declared parameters plus ``params`` (``family_params``,
+        ``workers``, ``seed``, ...)."""
+        return self.estimator_class()(**self.declared_params(), **params)
+
+    def load(self, path: Any) -> Any:
+        """The detector fitted from the JSON parameter file ``path`` (refused if written for another detector)."""
+        return self.estimator_class().load(path, **self.declared_params())
+
+    def default(self) -> Any:
+        """The detector with its shipped parameters if the package has them, else unfitted."""
+        if self.shipped:
+            res = resources.files("trojanscope.detectors") / "params" / self.shipped
+            if res.is_file():
+                return self.estimator_class().from_json(res.read_text(encoding="utf-8"),
+                                                        f"detectors/params/{self.shipped}", **self.declared_params())
+        return self()
 
 
 def declare(spec: DetectorSpec, help: str) -> None:
-    """Register ``spec`` as a detector; the class is built lazily in :mod:`trojanscope.detectors.learned`."""
+    """Register ``spec`` as detector ``spec.name`` (the registry entry is the spec itself)."""
     DETECTOR_SPECS[spec.name] = spec
-    DETECTORS.register(spec.name, f"trojanscope.detectors.learned:{spec.class_name}", help=help)
+    DETECTORS.register(spec.name, spec, help=help)
 
 
 def undeclare(name: str) -> None:
-    """Remove detector ``name`` (registered by :func:`declare`); a class built from its spec is not reused
-    (:func:`trojanscope.detectors.learned.detector_class` rebuilds when the spec it was built from is gone)."""
+    """Remove detector ``name`` (registered by :func:`declare`)."""
     DETECTOR_SPECS.pop(name, None)
     DETECTORS.unregister(name)
-
-
-def spec_for_class(class_name: str) -> DetectorSpec | None:
-    return next((s for s in DETECTOR_SPECS.values() if s.class_name == class_name), None)
 
 
 def parse_specs(text: str, where: str, modality_of: dict[str, str]) -> list[DetectorSpec]:
@@ -62,13 +90,15 @@ def parse_specs(text: str, where: str, modality_of: dict[str, str]) -> list[Dete
         raise ConfigError(f"{where}: not valid TOML ({exc})") from None
     specs = []
     for name, entry in (table.get("detectors") or {}).items():
-        specs.append(_spec(name, entry, f"{where} [detectors.{name}]", modality_of))
+        specs.append(spec_from_entry(name, entry, f"{where} [detectors.{name}]", modality_of))
     return specs
 
 
-def _spec(name: str, entry: Any, where: str, modality_of: dict[str, str]) -> DetectorSpec:
-    if not isinstance(entry, dict) or set(entry) - SPEC_KEYS:
-        raise ConfigError(f"{where}: unknown keys {sorted(set(entry) - SPEC_KEYS)}; valid keys: {sorted(SPEC_KEYS)}")
+def spec_from_entry(name: str, entry: Any, where: str, modality_of: dict[str, str],
+                    keys: set[str] = SPEC_KEYS) -> DetectorSpec:
+    """One validated spec from a declaration's table (``keys``: the keys it may have)."""
+    if not isinstance(entry, dict) or set(entry) - keys:
+        raise ConfigError(f"{where}: unknown keys {sorted(set(entry) - keys)}; valid keys: {sorted(keys)}")
     families = entry.get("families")
     if not isinstance(families, list) or not families or not all(isinstance(f, str) for f in families):
         raise ConfigError(f"{where}: families must be a non-empty list of feature-family names")
@@ -81,9 +111,12 @@ def _spec(name: str, entry: Any, where: str, modality_of: dict[str, str]) -> Det
     fallback = entry.get("fallback", {})
     if not isinstance(fallback, dict) or not all(isinstance(v, str) for v in fallback.values()):
         raise ConfigError(f'{where}: fallback must map a modality to a detector, e.g. {{ image = "image-default" }}')
+    estimator = entry.get("estimator", META_DETECTOR)
+    if not isinstance(estimator, str) or ":" not in estimator:
+        raise ConfigError(f'{where}: estimator must be a "module:Class" string, got {estimator!r}')
     return DetectorSpec(name=name, families=tuple(families), modality=modalities.pop(),
                         description=str(entry.get("description", "")), shipped=entry.get("params"),
-                        fallback=dict(fallback))
+                        fallback=dict(fallback), estimator=estimator)
 
 
 def declare_shipped(modality_of: dict[str, str]) -> None:

@@ -1,9 +1,10 @@
 """Learned detectors: a calibrated meta-classifier over a list of feature families.
 
 Every feature family has a detector of its own name (so each is measurable alone); ``default`` and
-``image-default`` combine several (see ``detectors/detectors.toml``). The classes are built from those
-declarations by :func:`detector_class`. Parameters are saved as JSON only (:meth:`MetaDetector.save`); the
-combinations' parameters ship in ``detectors/params/``.
+``image-default`` combine several (see ``detectors/detectors.toml``). Each is one :class:`MetaDetector`
+class, parameterised: the registry holds declarations (:mod:`trojanscope.detectors.declared`) that build it
+with their families. Parameters are saved as JSON only (:meth:`MetaDetector.save`); the combinations'
+parameters ship in ``detectors/params/``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ import json
 import math
 import time
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -137,42 +137,39 @@ def matrix(rows: Sequence[dict[str, float]], names: Sequence[str] | None = None)
     return np.asarray([[r.get(n, np.nan) for n in names] for r in rows], dtype=np.float64), names
 
 
-class _FamiliesNeeds:
-    """A meta-detector's ``needs``: what its ``families`` read, derived when asked (so importing this module
-    does not import every feature family's module)."""
-
-    def __get__(self, _obj: Any, cls: type) -> frozenset[str]:
-        from trojanscope.detectors.features import family_needs
-
-        return family_needs(cls.families)
-
-
 class MetaDetector(Detector):
-    """A calibrated logistic regression over the features of ``families``; ``needs`` is what they read."""
+    """A calibrated logistic regression over the features of ``families``; ``needs`` is what they read.
 
-    families: ClassVar[tuple[str, ...]] = ("weights", "inversion", "probes", "scan")
-    name = "meta"
+    A plain estimator (scikit-learn's contract): ``__init__`` stores its keyword parameters unchanged,
+    ``fit`` sets the learned state (attributes ending in ``_``). A registered detector is a declaration
+    (:class:`~trojanscope.detectors.declared.DetectorSpec`) that builds one with its name and families."""
+
     description = "Calibrated logistic regression over feature families."
-    shipped: ClassVar[str | None] = None  # file name under detectors/params/
-    modality: ClassVar[str] = "text"  # the modality of the models its families read (detectors.modalities)
-    fallback: ClassVar[dict[str, str]] = {}  # modality -> detector that scores models of that modality instead
-    needs = _FamiliesNeeds()  # type: ignore[assignment]
 
-    def __init__(self, family_params: dict[str, dict] | None = None, workers: int = 1, seed: int = 0,
+    def __init__(self, *, families: Sequence[str], name: str = "meta", fallback: dict[str, str] | None = None,
+                 family_params: dict[str, dict] | None = None, workers: int = 1, seed: int = 0,
                  executor: str = "local") -> None:
+        self.families = families
+        self.name = name  # what its parameter file and messages call it
+        self.fallback = fallback  # modality -> the detector that scores models of that modality instead
         self.family_params = family_params
         self.workers = workers
         self.seed = seed
         self.executor = executor  # where fit computes the training models' features: local processes or ray
 
-    @classmethod
-    def default(cls) -> MetaDetector:
-        """The detector with its shipped parameters if the package has them, else unfitted."""
-        if cls.shipped:
-            res = resources.files("trojanscope.detectors") / "params" / cls.shipped
-            if res.is_file():
-                return cls._from_json(res.read_text(encoding="utf-8"), f"detectors/params/{cls.shipped}")
-        return cls()
+    @property
+    def needs(self) -> frozenset[str]:  # type: ignore[override]
+        """What its families read (derived when asked, so building one imports no family's module)."""
+        from trojanscope.detectors.features import family_needs
+
+        return family_needs(self.families)
+
+    @property
+    def modality(self) -> str:
+        """The modality of the models its families read (a declaration checks they share one)."""
+        from trojanscope.detectors.features import FAMILY_MODALITY
+
+        return FAMILY_MODALITY[self.families[0]]
 
     def _check_modality(self, inputs: ModelInputs) -> None:
         from trojanscope.detectors.modalities import detector_modality
@@ -195,20 +192,23 @@ class MetaDetector(Detector):
         from trojanscope.detectors import domain
 
         rows, _ = feature_table(models, self.families, self.family_params, workers=self.workers,
-                                executor=getattr(self, "executor", "local"))
+                                executor=self.executor)
         self.fit_features(rows, labels)
         self.trained_on_["domain"] = domain.summarize(domain.model_domain(m) for m in models)
         return self
 
-    def fit_features(self, rows: Sequence[dict[str, float]], labels: Sequence[int]) -> MetaDetector:
-        """Fit from precomputed feature dicts (only this detector's families are used)."""
+    def fit_features(self, rows: Sequence[dict[str, float]], labels: Sequence[int], *,
+                     family_params: dict[str, dict] | None = None) -> MetaDetector:
+        """Fit from precomputed feature dicts (only this detector's families are used). ``family_params``: the
+        families' parameters the rows were computed with where fitting learned some (default: the detector's)."""
         prefixes = tuple(f"{f}." for f in self.families)
         rows = [{k: v for k, v in r.items() if k.startswith(prefixes)} for r in rows]
         f, names = matrix(rows)
         if not names:
             raise ConfigError(f"detector {self.name!r}: no features computed; is the training zoo empty?")
         self.classifier_ = MetaClassifier.fit(f, np.asarray(labels), names, seed=self.seed)
-        self.family_params_ = {fam.name: fam.params() for fam in _families(self.families, self.family_params)}
+        used = self.family_params if family_params is None else family_params
+        self.family_params_ = {fam.name: fam.params() for fam in _families(self.families, used)}
         self.trained_on_: dict[str, Any] = {"n_models": len(rows), "n_trojaned": int(np.sum(labels))}
         return self
 
@@ -263,63 +263,38 @@ class MetaDetector(Detector):
         })
 
     @classmethod
-    def load(cls, path: Path | str) -> MetaDetector:
+    def load(cls, path: Path | str, **params: Any) -> MetaDetector:
+        """A fitted detector from the JSON parameter file ``path`` (:meth:`save`'s); ``params`` are its declared
+        ones (``name`` and ``families`` at least), which the file must match. The file's family parameters
+        become ``family_params``."""
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"{path}: parameter file not found; fit one with 'trojanscope detect fit'")
         if path.stat().st_size > MAX_PARAMS_BYTES:
             raise ConfigError(f"{path}: parameter file is over {MAX_PARAMS_BYTES} bytes; not a detector JSON file")
-        return cls._from_json(path.read_text(encoding="utf-8", errors="replace"), str(path))
+        return cls.from_json(path.read_text(encoding="utf-8", errors="replace"), str(path), **params)
 
     @classmethod
-    def _from_json(cls, text: str, where: str) -> MetaDetector:
+    def from_json(cls, text: str, where: str, **params: Any) -> MetaDetector:
+        """:meth:`load` from the text of a parameter file (``where`` names it in messages)."""
         try:
             d = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{where}: not a JSON parameter file ({exc.msg}); detector parameters are JSON") from None
         if not isinstance(d, dict) or d.get("trojanscope_detector_params") != PARAMS_FORMAT:
             raise ConfigError(f"{where}: not a trojanscope detector parameter file (format {PARAMS_FORMAT})")
-        if d.get("detector") != cls.name or list(d.get("families", [])) != list(cls.families):
+        name, families = params.get("name"), list(params.get("families") or ())
+        if d.get("detector") != name or list(d.get("families", [])) != families:
             raise ConfigError(
                 f"{where}: parameters are for detector {d.get('detector')!r} with families {d.get('families')}, "
-                f"not {cls.name!r}; pass --detector {d.get('detector')}"
+                f"not {name!r}; pass --detector {d.get('detector')}"
             )
         fparams = d.get("family_params")
         if not isinstance(fparams, dict) or not all(isinstance(v, dict) for v in fparams.values()):
             raise ConfigError(f"{where}: family_params must map family names to keyword dicts")
-        det = cls(family_params=fparams)
-        _families(cls.families, fparams)  # validates names and keywords now, not at scoring time
+        det = cls(**{**params, "family_params": fparams})
+        _families(det.families, fparams)  # validates names and keywords now, not at scoring time
         det.classifier_ = MetaClassifier.from_dict(d.get("classifier") or {})
         det.family_params_ = fparams
         det.trained_on_ = dict(d.get("trained_on") or {})
         return det
-
-
-_CLASSES: dict[str, type[MetaDetector]] = {}
-
-
-def detector_class(name: str) -> type[MetaDetector]:
-    """The :class:`MetaDetector` subclass of declared detector ``name``: built once per declaration (a name
-    declared again, e.g. after :func:`~trojanscope.detectors.declared.undeclare`, gets a class of its new spec)."""
-    from trojanscope.detectors.declared import DETECTOR_SPECS
-
-    spec = DETECTOR_SPECS[name]
-    cls = _CLASSES.get(name)
-    if cls is None or cls._spec is not spec:
-        cls = _CLASSES[name] = type(spec.class_name, (MetaDetector,), {
-            "__module__": __name__, "__qualname__": spec.class_name, "__doc__": spec.description,
-            "name": spec.name, "description": spec.description, "families": spec.families,
-            "modality": spec.modality, "shipped": spec.shipped, "fallback": dict(spec.fallback), "_spec": spec,
-        })
-    return cls
-
-
-def __getattr__(attr: str) -> Any:
-    """``DefaultDetector``, ``WeightsDetector``, ...: declared detectors stay importable (and picklable) by
-    their class names."""
-    from trojanscope.detectors import declared
-
-    spec = declared.spec_for_class(attr)
-    if spec is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
-    return detector_class(spec.name)

@@ -159,10 +159,8 @@ def fit_on_zoo(zoo: Path | str | Sequence[Path | str], detector: str, out: Path 
     presets a shipped detector should cover) and save its JSON parameters to ``out`` (``command``, recorded as
     provenance, defaults to the equivalent ``trojanscope detect fit``). ``limit`` applies per zoo."""
     from trojanscope.detectors import DETECTORS
-    from trojanscope.detectors.learned import MetaDetector
 
-    cls = DETECTORS.get(detector)
-    if not (isinstance(cls, type) and issubclass(cls, MetaDetector)):
+    if not _is_learned(detector):
         raise ConfigError(f"detector {detector!r} has nothing to fit; learned detectors: "
                           + ", ".join(n for n in DETECTORS.names() if _is_learned(n)))
     zoos = [zoo] if isinstance(zoo, (str, Path)) else list(zoo)
@@ -175,7 +173,7 @@ def fit_on_zoo(zoo: Path | str | Sequence[Path | str], detector: str, out: Path 
         m, y = zoo_inputs(z, limit)
         models += m
         labels += y
-    det = cls(workers=workers, executor=executor).fit(models, labels)
+    det = DETECTORS.get(detector)(workers=workers, executor=executor).fit(models, labels)
     zoo_args = " ".join(f"--zoo {z}" for z in zoos)
     det.save(out, zoo=str(zoos[0]) if len(zoos) == 1 else [str(z) for z in zoos],
              command=command or f"trojanscope detect fit {zoo_args} --detector {detector} --out {out}")
@@ -208,8 +206,8 @@ def configure(configure_models_dirpath: Path | str, learned_parameters_dirpath: 
 
 
 def _is_learned(name: str) -> bool:
+    """Whether detector ``name`` is a declared learned detector (one ``detect fit`` can fit)."""
     from trojanscope.detectors import DETECTORS
-    from trojanscope.detectors.learned import MetaDetector
+    from trojanscope.detectors.declared import DetectorSpec
 
-    cls = DETECTORS.get(name)
-    return isinstance(cls, type) and issubclass(cls, MetaDetector)
+    return isinstance(DETECTORS.get(name), DetectorSpec)

@@ -7,8 +7,9 @@ the core never imports a modality (import-linter forbids it). The package's ``__
 data, one facet per layer that treats modalities differently (``MODELS``: this module's
 :class:`ModelModality`; ``ROUNDS``: :class:`trojanscope.rounds.modalities.RoundModality`; ``DETECTORS``:
 :class:`trojanscope.detectors.modalities.DetectorModality`), each an object or a lazy ``"module:attr"``,
-and ``FAMILIES``, its feature families (``{name: ("module:Class", help)}``). Generic code looks a facet up
-by name and never compares the name itself: a new modality is one new folder plus one
+``FAMILIES``, its feature families (``{name: ("module:Class", help)}``), and optionally
+``DETECTOR_DECLARATIONS``, learned detectors of its own (:mod:`trojanscope.detectors.declared`). Generic code
+looks a facet up by name and never compares the name itself: a new modality is one new folder plus one
 :meth:`Modalities.register` line.
 """
 

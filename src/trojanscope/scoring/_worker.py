@@ -37,9 +37,11 @@ def load_detector_spec(detector: str, params: str | None) -> Any:
 def detector_module(detector: str) -> str | None:
     """The module a detector lives in (to preload it in the fork server), without importing it."""
     from trojanscope.detectors import DETECTORS
+    from trojanscope.detectors.declared import DETECTOR_SPECS
 
     if detector in DETECTORS:
-        return DETECTORS.module_of(detector)
+        spec = DETECTOR_SPECS.get(detector)  # a declared learned detector: the module of the class it builds
+        return spec.estimator.split(":", 1)[0] if spec is not None else DETECTORS.module_of(detector)
     return detector.split(":", 1)[0] if ":" in detector else None
 
 

@@ -25,8 +25,12 @@ FAMILIES = {
                 "Image CNNs: answers to litmus queries learned on a train split (fit them with image-litmus)."),
 }
 
-# detectors of this modality beyond the single-family ones: name -> (class, one line of help)
-DETECTOR_CLASSES = {
-    "image-litmus": ("trojanscope.modalities.image.litmus:ImageLitmusDetector",
-                     "Image CNNs: litmus queries learned on the train split, calibrated on out-of-fold scores."),
+# detectors of this modality beyond the single-family ones, declared as in detectors/detectors.toml plus the
+# estimator class they build
+DETECTOR_DECLARATIONS = {
+    "image-litmus": {
+        "families": ["litmus"], "params": "image-litmus.json",
+        "estimator": "trojanscope.modalities.image.litmus:ImageLitmusDetector",
+        "description": "Image CNNs: litmus queries learned on the train split, calibrated on out-of-fold scores.",
+    },
 }

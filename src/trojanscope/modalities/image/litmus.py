@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -189,19 +189,15 @@ def out_of_fold_scores(nets: Sequence[Net], labels: Sequence[int], cfg: LitmusCo
 
 
 class ImageLitmusDetector(MetaDetector):
-    """Learned litmus queries (fit on a labelled train split) read by a calibrated meta-classifier."""
+    """Learned litmus queries (fit on a labelled train split; ULP/MNTD), answers read class-order-free, read by a
+    meta-classifier calibrated on out-of-fold scores. Declared as ``image-litmus`` by the image modality."""
 
-    name = "image-litmus"
-    description = ("Image CNNs: litmus queries learned on the train split (ULP/MNTD), answers read class-order-free, "
-                   "calibrated on out-of-fold scores.")
-    families: ClassVar[tuple[str, ...]] = ("litmus",)
-    modality: ClassVar[str] = "image"
-    shipped: ClassVar[str | None] = "image-litmus.json"
-    fallback: ClassVar[dict[str, str]] = {}
-
-    def __init__(self, family_params: dict[str, dict] | None = None, workers: int = 1, seed: int = 0,
-                 executor: str = "local", config: LitmusConfig | None = None, folds: int = 5) -> None:
-        super().__init__(family_params=family_params, workers=workers, seed=seed, executor=executor)
+    def __init__(self, *, families: Sequence[str] = ("litmus",), name: str = "image-litmus",
+                 fallback: dict[str, str] | None = None, family_params: dict[str, dict] | None = None,
+                 workers: int = 1, seed: int = 0, executor: str = "local", config: LitmusConfig | None = None,
+                 folds: int = 5) -> None:
+        super().__init__(families=families, name=name, fallback=fallback, family_params=family_params,
+                         workers=workers, seed=seed, executor=executor)
         self.config = config
         self.folds = folds
 
@@ -221,8 +217,8 @@ class ImageLitmusDetector(MetaDetector):
         oof = (np.asarray(out_of_fold, dtype=np.float64) if out_of_fold is not None
                else out_of_fold_scores(nets, labels, cfg, self.folds, self.seed))
         queries, readout = learn_queries(nets, labels, cfg)
-        self.family_params = {**(self.family_params or {}), "litmus": family_params(queries, readout, cfg)}
-        self.fit_features([{"litmus.score": float(s)} for s in oof], labels)
+        learned = {**(self.family_params or {}), "litmus": family_params(queries, readout, cfg)}
+        self.fit_features([{"litmus.score": float(s)} for s in oof], labels, family_params=learned)
         self.trained_on_["domain"] = domain.summarize(domain.model_domain(m) for m in models)
         self.trained_on_["litmus"] = {"config": asdict(cfg), "folds": self.folds,
                                       "out_of_fold_scores": [round(float(s), 6) for s in oof]}
