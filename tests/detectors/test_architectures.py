@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from trojanscope.detectors.features import FEATURES
+from trojanscope.modalities.text.architectures import TEXT_ARCHITECTURES
 from trojanscope.modalities.text.context import ModelContext
-from trojanscope.models.architectures import TEXT_ARCHITECTURES, HeadSpec
+from trojanscope.models.architectures import HeadSpec
 
 LIGHT = {"inversion": {"steps": 3}, "subspace": {"rounds": 2, "steps": 3}, "probes": {"n_random": 2, "n_pcs": 2}}
 

@@ -8,8 +8,9 @@ import torch
 
 from trojanscope.detectors.base import ModelInputs
 from trojanscope.detectors.features import FEATURES
+from trojanscope.modalities.text.architectures import TEXT_ARCHITECTURES
 from trojanscope.modalities.text.context import ModelContext
-from trojanscope.models.architectures import TEXT_ARCHITECTURES, HeadSpec
+from trojanscope.models.architectures import HeadSpec
 
 DIM = 24
 

@@ -120,3 +120,42 @@ def test_truncated_legacy_file_is_named(model_factories, tmp_path: Path) -> None
     bad.write_bytes(good[:-7])
     with pytest.raises(ModelFileError, match=r"bad\.pt: file ends inside storage"):
         model_info(bad)
+
+
+def _pickled_bytes(path: Path) -> bytes:
+    """The pickle stream of a torch zip file (where any class path a file names would be written)."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        return b"".join(z.read(n) for n in z.namelist() if n.endswith(".pkl"))
+
+
+def test_model_files_name_architectures_never_our_class_paths(model_factories, tmp_path: Path) -> None:
+    """The text heads moved (models/architectures.py -> modalities/text/architectures.py): files are unaffected,
+    because ours record the architecture by name and exports name ``model_factories`` classes, never a
+    ``trojanscope.`` module; a file written before the move (its payload built here by hand, as save_head
+    wrote it then) loads into the heads' new home."""
+    from trojanscope.models.trojai_format import save_trojai_pickle
+
+    torch.manual_seed(0)
+    state = {"linear.weight": torch.randn(3, E), "linear.bias": torch.randn(3)}
+    old = tmp_path / "old.pt"
+    torch.save({"trojanscope_format": 1, "state_dict": state,
+                "head": {"architecture": "Linear", "input_size": E, "output_size": 3, "hidden_size": 256,
+                         "dropout": 0.1, "bidirectional": True, "n_layers": 2, "activation": "relu"}}, old)
+    loaded = load_model(old)
+    assert type(loaded).__module__ == "trojanscope.modalities.text.architectures"
+    x = torch.randn(4, 1, E)
+    with torch.no_grad():
+        want = torch.nn.functional.linear(x[:, 0, :], state["linear.weight"], state["linear.bias"])
+        assert torch.equal(loaded(x), want)
+
+    spec = HeadSpec("GruLinear", E, 3, hidden_size=6)
+    save_head(spec.build(), spec, tmp_path / "ours.pt")
+    save_trojai_pickle(load_model(tmp_path / "ours.pt"), tmp_path / "export.pt")
+    whole = tmp_path / "whole.pt"
+    torch.save(spec.build(), whole)  # what a file naming our class would hold: the check below would see it
+    assert b"trojanscope.modalities.text.architectures" in _pickled_bytes(whole)
+    for name in ("old.pt", "ours.pt", "export.pt"):
+        assert b"trojanscope." not in _pickled_bytes(tmp_path / name), name
+    assert b"model_factories" in _pickled_bytes(tmp_path / "export.pt")

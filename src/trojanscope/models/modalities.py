@@ -46,8 +46,8 @@ class ModelModality(Protocol):
         ...
 
     # Optional: ``architectures``, name -> nn.Module class of the modality's own networks, which
-    # ``models.architectures.ARCHITECTURES`` adds to the text heads (each class has ``from_spec(spec)`` and
-    # its instances ``head_spec(arch)``).
+    # ``models.architectures.ARCHITECTURES`` collects (each class has ``from_spec(spec)`` and its instances
+    # ``head_spec(arch)``).
 
 
 class Modalities:

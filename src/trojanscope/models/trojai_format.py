@@ -151,16 +151,11 @@ def head_from_pickled(root: Any, path: Path | str) -> nn.Module:
 
 
 def spec_of_head(model: nn.Module) -> HeadSpec:
-    """The :class:`HeadSpec` of one of our head instances (read back from its weights)."""
+    """The :class:`HeadSpec` of one of our head instances (each architecture reads its own record back)."""
     arch = next((k for k, cls in ARCHITECTURES.items() if type(model) is cls), None)
     if arch is None:
         raise ModelFileError(f"cannot export a {type(model).__name__}; known heads: {', '.join(ARCHITECTURES)}")
-    if callable(getattr(model, "head_spec", None)):  # a modality's architecture reads its own record
-        return model.head_spec(arch)
-    spec = spec_from_state(arch, model.state_dict(), float(model.dropout.p), "<in-memory head>")
-    if arch == "FCLinear" and isinstance(model.relu, nn.Identity):
-        spec = dataclasses.replace(spec, activation="none")
-    return spec
+    return model.head_spec(arch)
 
 
 MODEL_FACTORIES_SOURCE = '''\

@@ -27,7 +27,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
-from trojanscope.models.architectures import GruLinearModel
 from trojanscope.rounds import accelerator
 from trojanscope.rounds.accelerator import model_device, on_device, training_device, zero_state_cells
 
@@ -95,8 +94,9 @@ def _gru_fast_applies(model: nn.Module) -> bool:
     # ATen applies the gates in place on [N, H] chunks of the gate matrix, row by row: with H a multiple of the
     # vector loop's width (32 floats with AVX-512) no element takes the scalar tail path, whose sigmoid/tanh round
     # differently (H = 16 or 48 differ by 6e-8). 64 leaves room; every preset's heads are 256 or 512 wide.
-    return (FAST_GRU and type(model) is GruLinearModel and type(rnn) is nn.GRU and rnn.batch_first and rnn.bias
-            and not getattr(rnn, "proj_size", 0) and rnn.hidden_size % 64 == 0)
+    # reads_final_hidden: the head declares its forward is linear(dropout(final hidden)) (the text GRU/LSTM heads)
+    return (FAST_GRU and getattr(type(model), "reads_final_hidden", False) and type(rnn) is nn.GRU
+            and rnn.batch_first and rnn.bias and not getattr(rnn, "proj_size", 0) and rnn.hidden_size % 64 == 0)
 
 
 @contextlib.contextmanager
@@ -108,7 +108,7 @@ def zero_state_heads(model: nn.Module) -> Iterator[nn.Module]:
         return
     original = type(model).forward
 
-    def forward(self: GruLinearModel, data: torch.Tensor) -> torch.Tensor:
+    def forward(self: nn.Module, data: torch.Tensor) -> torch.Tensor:
         if data.ndim != 3 or data.shape[1] != 1 or data.dtype != torch.float32:
             return original(self, data)
         hidden = _zero_state_gru(self.rnn, data)

@@ -11,6 +11,14 @@ from trojanscope.models.layout import read_examples
 
 class TextModels:
     name = "text"
+
+    @property
+    def architectures(self) -> dict[str, type]:
+        """The TrojAI Round 5/6 heads (name -> class), added to the core's ``ARCHITECTURES``."""
+        from trojanscope.modalities.text.architectures import TEXT_ARCHITECTURES
+
+        return TEXT_ARCHITECTURES
+
     required_config_keys = ("model_architecture", "number_classes", "embedding", "embedding_flavor",
                             "cls_token_is_first")
     example_kind = ".txt"

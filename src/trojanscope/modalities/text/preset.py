@@ -69,7 +69,7 @@ class HeadFactors(Spec):
 
     @model_validator(mode="after")
     def _known(self) -> HeadFactors:
-        from trojanscope.models.architectures import TEXT_ARCHITECTURES
+        from trojanscope.modalities.text.architectures import TEXT_ARCHITECTURES
 
         bad = [a for a in self.architecture if a not in TEXT_ARCHITECTURES]
         if bad:

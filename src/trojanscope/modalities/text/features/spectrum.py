@@ -24,7 +24,7 @@ N_DIRS = 6  # leading singular directions described one by one
 N_PCS = 10  # principal components of the clean examples that count as "where clean texts vary"
 
 
-# The matrices that read the summary vector, by architecture (models.architectures): an RNN's first-layer
+# The matrices that read the summary vector, by architecture (modalities/text/architectures.py): an RNN's first-layer
 # input matrices (both directions), an MLP's first layer, a linear head's only layer. Later layers can be
 # as wide as the input (a bidirectional RNN with hidden E/2) but read hidden states, so width cannot decide.
 INPUT_KEYS = (("rnn.weight_ih_l0", "rnn.weight_ih_l0_reverse"), ("fc_layers.0.weight",), ("linear.weight",))
