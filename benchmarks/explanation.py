@@ -3,7 +3,8 @@
 Runs ``evaluate`` over the zoo twice with the same detector, without and with ``--explain``, and prints:
 
 * target-label accuracy (goal, issue 49: >= 0.95 on round5-cpu; >= 0.90 on round1-cpu images) and source-class
-  accuracy over the trojaned models;
+  accuracy over the trojaned models (images: ``--detector image-default``; the trigger is a patch, so there is
+  no planted text to match);
 * the share of trojaned models whose recovered trigger flips >= 90% of held-out clean texts of its source class
   (goal: >= 0.80 on round5-cpu), and the median of that attack success;
 * the planted trigger among the top-k candidates, per trigger type (reported; no goal);
@@ -107,6 +108,11 @@ def _finished(run: Path, models: list[Path]) -> list[Path]:
 
 def _warm_scan_table(model_dir: Path) -> None:
     from trojanscope.detectors.learned import inputs_for_model_dir
+    from trojanscope.models.layout import read_config
+    from trojanscope.models.modalities import modality_name
+
+    if modality_name(read_config(model_dir)) != "text":
+        return  # only text explanations read a table built once per encoder
     from trojanscope.modalities.text.context import build_context
     from trojanscope.modalities.text.features.scan import PhraseScan
 

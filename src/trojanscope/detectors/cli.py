@@ -28,13 +28,17 @@ _CONTRACT_HELP = (
 _EXPLAIN_HELP = (
     "Say what a model's trojan is: the verdict (a detector's P(trojaned)), the target class, the source class and "
     "a trigger that works, with its attack success -- the fraction of the given clean examples of the source "
-    "class it flips to the target when inserted as its own unit before a sentence (at every position).\n\n"
-    "Candidates are the scan family's generic words, phrases and punctuation, ranked by how the head answers "
-    "their mean shift of the encoder's summary vector, then the best are inserted into the real example texts. "
-    "A clean model may have a natural trigger; the strongest one is reported either way and the verdict says "
-    "which the probability favours. Text models.\n\n"
-    "Example:\n\n"
-    "  trojanscope explain --model_filepath M/model.pt --examples_dirpath M/clean_example_data --json"
+    "class it flips to the target.\n\n"
+    "Text models: candidates are the scan family's generic words, phrases and punctuation, ranked by how the head "
+    "answers their mean shift of the encoder's summary vector; the best are inserted into the real example texts "
+    "(as their own unit before a sentence, at every position). Image models: a mask and pattern are optimised per "
+    "(source, target) class pair (Neural Cleanse), smallest patch first; --picture draws it. A clean model may "
+    "have a natural trigger; the strongest one is reported either way and the verdict says which the probability "
+    "favours.\n\n"
+    "Examples:\n\n"
+    "  trojanscope explain --model_filepath M/model.pt --examples_dirpath M/clean_example_data --json\n\n"
+    "  trojanscope explain --model_filepath M/model.pt --examples_dirpath M/clean_example_data --detector "
+    "image-default --picture patch.png"
 )
 
 
@@ -120,8 +124,8 @@ def contract(
 
 def explain_command(
     model_filepath: Path = typer.Option(..., "--model_filepath", help="The classifier's model.pt."),
-    examples_dirpath: Path = typer.Option(..., "--examples_dirpath", help="Its clean example texts "
-                                          "class_{c}_example_{k}.txt."),
+    examples_dirpath: Path = typer.Option(..., "--examples_dirpath", help="Its clean examples: texts "
+                                          "class_{c}_example_{k}.txt, or images class_{c}_example_{k}.png."),
     tokenizer_filepath: Path = typer.Option(None, "--tokenizer_filepath", help="Tokenizer file/folder "
                                             "(optional)."),
     embedding_filepath: Path = typer.Option(None, "--embedding_filepath", help="Encoder file/folder (optional)."),
@@ -130,17 +134,33 @@ def explain_command(
     params: Path = typer.Option(None, "--params", help="Its parameter JSON (default: the shipped ones)."),
     top_k: int = typer.Option(5, "--top-k", min=1, max=50, help="Trigger candidates to report."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout instead of text."),
+    picture: Path = typer.Option(None, "--picture", help="Image models: also write a PNG here showing a clean "
+                                 "example, the recovered patch and the example stamped with it, with the model's "
+                                 "answers."),
 ) -> None:
     import json
 
     from trojanscope.detectors.explain import explain_model
+    from trojanscope.detectors.modalities import DETECTOR_MODALITIES
     from trojanscope.detectors.runner import contract_inputs, score_inputs
+    from trojanscope.models.modalities import modality_name
 
     inputs = contract_inputs(model_filepath, examples_dirpath=examples_dirpath,
                              tokenizer_filepath=tokenizer_filepath, embedding_filepath=embedding_filepath)
+    draw = None
+    if picture is not None:
+        modality = modality_name(inputs.config)
+        draw = getattr(DETECTOR_MODALITIES.get(modality), "picture", None) if modality in DETECTOR_MODALITIES \
+            else None
+        if draw is None:
+            raise typer.BadParameter(f"{model_filepath} is a {modality} model; --picture draws image patches only",
+                                     param_hint="--picture")
     p = score_inputs(inputs, detector, params=params)
     answer = explain_model(inputs, p, detector=detector, top_k=top_k)
     typer.echo(json.dumps(answer.to_json()) if as_json else answer.summary())
+    if draw is not None:
+        written = draw(inputs, answer, picture)
+        typer.echo(f"picture: {written}" if written else "picture: none (no patch was found)", err=as_json)
 
 
 def fit(

@@ -37,11 +37,15 @@ class TriggerCandidate:
     attack_success: float  # fraction of the source class's clean examples it flips to the target
     where: str = "any"  # "any", or "first"/"second" when it works only in that half of a text
     per_position: dict[str, float] = field(default_factory=dict)
+    patch: str | None = None  # images: base64 PNG, RGB = pattern, alpha = mask, in the model's input space
 
     def to_json(self) -> dict[str, Any]:
-        return {"text": self.text, "kind": self.kind, "source_class": self.source_class,
-                "target_class": self.target_class, "attack_success": round(self.attack_success, 6),
-                "where": self.where, "per_position": {k: round(v, 6) for k, v in self.per_position.items()}}
+        out = {"text": self.text, "kind": self.kind, "source_class": self.source_class,
+               "target_class": self.target_class, "attack_success": round(self.attack_success, 6),
+               "where": self.where, "per_position": {k: round(v, 6) for k, v in self.per_position.items()}}
+        if self.patch is not None:
+            out["patch"] = self.patch
+        return out
 
 
 @dataclass
@@ -87,9 +91,11 @@ class Explanation:
             lines.append("no trigger candidate flips any clean example")
             return "\n".join(lines)
         src = "any other class" if best.source_class is None else f"class {best.source_class}"
-        what = "target" if self.verdict == "trojaned" else "strongest natural flip (the verdict says clean)"
+        what = {"trojaned": "target", "clean": "strongest natural flip (the verdict says clean)"}.get(
+            self.verdict, "strongest flip (no verdict: no probability)")
         lines.append(f"{what}: {src} -> class {best.target_class}")
-        lines.append(f"trigger: {best.text!r} ({best.kind}, inserted {_where_text(best.where)}) flips "
+        placed = "stamped on the image" if best.kind == "patch" else f"inserted {_where_text(best.where)}"
+        lines.append(f"trigger: {best.text!r} ({best.kind}, {placed}) flips "
                      f"{best.attack_success:.0%} of the given clean examples of {src}")
         for t in self.triggers[1:]:
             lines.append(f"  also: {t.text!r} ({t.kind}) {t.attack_success:.0%} "
@@ -146,16 +152,22 @@ def read_explanation(path: Path | str, max_bytes: int = 1 << 20) -> dict[str, An
 def explain_model(inputs: ModelInputs, probability: float | None = None, *, detector: str | None = None,
                   top_k: int = 5) -> Explanation:
     """The explanation for any modality the reduced config names whose ``DETECTORS`` facet has an
-    ``explain(inputs, probability, *, top_k, detector)`` (text today)."""
+    ``explain(inputs, probability, *, top_k, detector)`` (text and image today)."""
     from trojanscope.detectors.modalities import DETECTOR_MODALITIES
     from trojanscope.models.modalities import modality_name
 
     modality = modality_name(inputs.config)
     explain = getattr(DETECTOR_MODALITIES.get(modality), "explain", None) if modality in DETECTOR_MODALITIES else None
     if explain is None:
-        raise DataError(f"{inputs.model_filepath}: explanations of {modality} models are not implemented yet; "
-                        "text models only")
+        raise DataError(f"{inputs.model_filepath}: explanations of {modality} models are not implemented yet "
+                        f"(explained: {', '.join(n for n in DETECTOR_MODALITIES.names() if _explains(n))})")
     return explain(inputs, probability, top_k=top_k, detector=detector)
+
+
+def _explains(modality: str) -> bool:
+    from trojanscope.detectors.modalities import DETECTOR_MODALITIES
+
+    return getattr(DETECTOR_MODALITIES.get(modality), "explain", None) is not None
 
 
 def triggered_by_half(texts: list[str], unit: str) -> dict[str, list[str]]:

@@ -4,12 +4,13 @@ Over the trojaned models of a run that have an explanation (``out/explanations/<
 
 * **target-label accuracy**: the explanation's target class is a planted trigger's target;
 * **source accuracy** (one-to-one triggers): its source class is that trigger's source;
-* **trigger recovery**: the recovered trigger's attack success on *held-out* clean texts of the source class,
+* **trigger recovery**: the recovered trigger's attack success on *held-out* clean inputs of the source class,
   the model's own behaviour, so a trigger that differs from the planted one but works as well counts. The
-  held-out texts are other models' clean examples of that class in the same zoo (never the model's own,
-  which the detector saw); the trigger is inserted before each of their sentences (in the half it named);
-* **planted-trigger match**: a planted trigger's text among the top-k candidates (case and spacing aside),
-  per trigger type.
+  held-out inputs are other models' clean examples of that class in the same zoo (never the model's own,
+  which the detector saw); how the trigger is applied is the modality's (text: inserted before each sentence,
+  in the half it named; images: the patch stamped on the image);
+* **planted-trigger match** (text): a planted trigger's text among the top-k candidates (case and spacing
+  aside), per trigger type.
 
 Over clean models: the strongest natural trigger's held-out attack success (a clean model can have one; the
 verdict is the detector's probability, not this).
@@ -21,13 +22,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from trojanscope.detectors.explain import read_explanation, triggered_by_half
-from trojanscope.models.layout import read_config, read_examples, read_ground_truth
+from trojanscope.detectors.explain import read_explanation
+from trojanscope.models.layout import read_config, read_ground_truth
 
-HELD_OUT_MAX = 40  # held-out texts per model (before insertion at every sentence)
 SUCCESS = 0.9  # the attack success the issue counts as a recovered trigger
 
 
@@ -41,49 +40,18 @@ def planted(model_dir: Path) -> list[dict[str, Any]]:
     return [t for t in triggers if isinstance(t, dict)]
 
 
-def held_out_texts(model_dir: Path, zoo_models: list[Path], cls: int, limit: int = HELD_OUT_MAX) -> list[str]:
-    """Clean example texts of class ``cls`` from the zoo's other models, none of this model's own."""
-    own = {_norm(t) for t, _ in read_examples(model_dir / "clean_example_data")}
-    out, seen = [], set()
-    for other in zoo_models:
-        if other == model_dir or not (other / "clean_example_data").is_dir():
-            continue
-        for text, c in read_examples(other / "clean_example_data"):
-            key = _norm(text)
-            if c == cls and key not in own and key not in seen:
-                seen.add(key)
-                out.append(text)
-                if len(out) >= limit:
-                    return out
-    return out
-
-
 def held_out_attack_success(model_dir: Path, zoo_models: list[Path], trigger: dict[str, Any],
                             source: int | None, target: int) -> float:
-    """Fraction of held-out clean texts of ``source`` (every other class when None) the trigger flips to
-    ``target``, inserted before each sentence (only in the half it names, if it names one)."""
-    import torch
+    """The recovered trigger's attack success on held-out clean inputs of its source class, measured by the
+    model's modality (``held_out_attack_success`` of its ``DETECTORS`` facet; text: inserted into other models'
+    example texts, images: the patch stamped on other models' example images); NaN where it has none."""
+    from trojanscope.detectors.modalities import DETECTOR_MODALITIES
+    from trojanscope.models.modalities import modality_name
 
-    from trojanscope.encoders import encode_cached, encoder_for_config
-    from trojanscope.models import load_model
-    from trojanscope.models.layout import reduce_config
-
-    config = reduce_config(read_config(model_dir), model_dir / "config.json")
-    classes = [source] if source is not None else [c for c in range(int(config.get("number_classes", 2)))
-                                                   if c != target]
-    where = trigger.get("where", "any")
-    texts = []
-    for c in classes:
-        halves = triggered_by_half(held_out_texts(model_dir, zoo_models, c), trigger["text"])
-        texts += [t for half, inserted in halves.items() if where in (half, "any") for t in inserted]
-    if not texts:
-        return float("nan")
-    encoder = encoder_for_config(config)
-    v = np.asarray(encode_cached(encoder, texts, None), dtype=np.float32)
-    model = load_model(model_dir / "model.pt")
-    with torch.inference_mode():
-        pred = model(torch.from_numpy(v)[:, None, :]).argmax(1).numpy()
-    return float((pred == target).mean())
+    modality = modality_name(read_config(model_dir))
+    facet = DETECTOR_MODALITIES.get(modality) if modality in DETECTOR_MODALITIES else None
+    measure = getattr(facet, "held_out_attack_success", None)
+    return float("nan") if measure is None else measure(model_dir, zoo_models, trigger, source, target)
 
 
 def explanation_rows(run_dir: Path, model_dirs: list[Path], *, top_k: int = 5, measure: bool = True) -> pd.DataFrame:
@@ -111,10 +79,10 @@ def explanation_rows(run_dir: Path, model_dirs: list[Path], *, top_k: int = 5, m
         if plant and one2one:
             row["source_correct"] = source is not None and any(
                 source == t.get("source_class") and target == t.get("target_class") for t in one2one)
-        if plant:
+        if any(t.get("text") for t in plant):  # text triggers; a patch has no text to match
             names = {_norm(c.get("text", "")) for c in cands}
             row["planted_in_top_k"] = any(_norm(t.get("text", "")) in names for t in plant)
-        if measure and best is not None and target is not None and best.get("text"):
+        if measure and best is not None and target is not None and (best.get("text") or best.get("patch")):
             row["held_out_attack_success"] = held_out_attack_success(model_dir, model_dirs, best, source, target)
         rows.append(row)
     return pd.DataFrame(rows)

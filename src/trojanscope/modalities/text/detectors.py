@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from trojanscope.detectors.base import ModelInputs
@@ -23,6 +24,12 @@ class TextDetectors:
         from trojanscope.modalities.text.explain import explain_text
 
         return explain_text(inputs, probability, top_k=top_k, detector=detector)
+
+    def held_out_attack_success(self, model_dir: Path, zoo_models: list[Path], trigger: dict[str, Any],
+                                source: int | None, target: int) -> float:
+        from trojanscope.modalities.text.explain import held_out_attack_success
+
+        return held_out_attack_success(model_dir, zoo_models, trigger, source, target)
 
     def domain_shape(self, info: dict[str, Any]) -> str:
         arch = info["architecture"]

@@ -14,6 +14,7 @@ The record and its file are the core's (:mod:`trojanscope.detectors.explain`).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,8 @@ import numpy as np
 from trojanscope.detectors.base import ModelInputs
 from trojanscope.detectors.explain import POSITIONS, Explanation, TriggerCandidate, triggered_by_half
 from trojanscope.errors import DataError
+
+HELD_OUT_MAX = 40  # held-out texts per model (before insertion at every sentence), for scoring
 
 
 def explain_text(inputs: ModelInputs, probability: float | None = None, *, top_k: int = 5, check: int = 16,
@@ -124,3 +127,54 @@ def _dedupe(cands: list[TriggerCandidate]) -> list[TriggerCandidate]:
             seen.add(key)
             out.append(c)
     return out
+
+
+def _norm(text: str) -> str:
+    return " ".join(str(text).lower().split())
+
+
+def held_out_texts(model_dir: Path, zoo_models: list[Path], cls: int, limit: int = HELD_OUT_MAX) -> list[str]:
+    """Clean example texts of class ``cls`` from the zoo's other models, none of this model's own."""
+    from trojanscope.models.layout import read_examples
+
+    own = {_norm(t) for t, _ in read_examples(model_dir / "clean_example_data")}
+    out, seen = [], set()
+    for other in zoo_models:
+        if other == model_dir or not (other / "clean_example_data").is_dir():
+            continue
+        for text, c in read_examples(other / "clean_example_data"):
+            key = _norm(text)
+            if c == cls and key not in own and key not in seen:
+                seen.add(key)
+                out.append(text)
+                if len(out) >= limit:
+                    return out
+    return out
+
+
+def held_out_attack_success(model_dir: Path, zoo_models: list[Path], trigger: dict[str, Any],
+                            source: int | None, target: int) -> float:
+    """Fraction of held-out clean texts of ``source`` (every other class when None) the trigger flips to
+    ``target``, inserted before each sentence (only in the half it names, if it names one)."""
+    import torch
+
+    from trojanscope.encoders import encode_cached, encoder_for_config
+    from trojanscope.models import load_model
+    from trojanscope.models.layout import read_config, reduce_config
+
+    config = reduce_config(read_config(model_dir), model_dir / "config.json")
+    classes = [source] if source is not None else [c for c in range(int(config.get("number_classes", 2)))
+                                                   if c != target]
+    where = trigger.get("where", "any")
+    texts = []
+    for c in classes:
+        halves = triggered_by_half(held_out_texts(model_dir, zoo_models, c), trigger["text"])
+        texts += [t for half, inserted in halves.items() if where in (half, "any") for t in inserted]
+    if not texts:
+        return float("nan")
+    encoder = encoder_for_config(config)
+    v = np.asarray(encode_cached(encoder, texts, None), dtype=np.float32)
+    model = load_model(model_dir / "model.pt")
+    with torch.inference_mode():
+        pred = model(torch.from_numpy(v)[:, None, :]).argmax(1).numpy()
+    return float((pred == target).mean())

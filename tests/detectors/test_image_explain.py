@@ -1,0 +1,101 @@
+"""Image explanations (issue 49): a patch per class pair, carried in the explanation file and scored on held-out
+images of the zoo."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trojanscope.detectors.explain import read_explanation, write_explanation
+from trojanscope.modalities.image.explain import decode_patch, encode_patch, explain_image, stamp
+
+
+def test_a_patch_survives_its_png_within_one_grey_level() -> None:
+    rng = np.random.default_rng(0)
+    mask, pattern = rng.random((16, 16)).astype(np.float32), rng.random((3, 16, 16)).astype(np.float32)
+    back = decode_patch(encode_patch(mask, pattern), 16)
+    assert back is not None
+    assert np.abs(back[0] - mask).max() <= 0.5 / 255 + 1e-6
+    assert np.abs(back[1] - pattern).max() <= 0.5 / 255 + 1e-6  # channel order (BGR in, BGR out) kept
+    assert decode_patch(encode_patch(mask, pattern), 32) is None  # not the model's input size
+    assert decode_patch("not base64 at all!") is None
+    assert decode_patch("aGVsbG8=") is None  # base64, not a PNG
+
+
+def test_stamp_is_the_neural_cleanse_blend() -> None:
+    x = np.zeros((2, 3, 4, 4), np.float32)
+    mask = np.zeros((4, 4), np.float32)
+    mask[0, 0] = 1.0
+    pattern = np.ones((3, 4, 4), np.float32)
+    out = stamp(x, mask, pattern)
+    assert out[:, :, 0, 0].min() == 1.0 and out.sum() == 2 * 3  # only the masked pixel changes
+
+
+@pytest.mark.slow
+def test_image_explanation_reports_what_its_patch_really_does(tiny_image_zoo: Path, tmp_path: Path) -> None:
+    """The attack success reported is the model's own answer to the given examples stamped with the patch
+    (recomputed here from the file), and the scorer measures the same patch on other models' images."""
+    import torch
+
+    from trojanscope.detectors.learned import inputs_for_model_dir
+    from trojanscope.modalities.image.context import build_image_context
+    from trojanscope.models.layout import list_model_dirs
+    from trojanscope.scoring.explanations import held_out_attack_success
+
+    dirs = list_model_dirs(tiny_image_zoo)
+    inputs = inputs_for_model_dir(dirs[0])
+    answer = explain_image(inputs, 0.3, top_k=3, screen_steps=15, steps=20, success=0.5)
+    assert answer.modality == "image" and answer.verdict == "clean"
+    assert answer.triggers, "some patch flips half of a class of a tiny model"
+    path = write_explanation(tmp_path / "result.txt", answer)
+    data = read_explanation(path)
+    best = data["candidates"][0]
+    assert best["kind"] == "patch" and data["target_class"] == best["target_class"]
+    ctx = build_image_context(inputs)
+    mask, pattern = decode_patch(best["patch"], ctx.x.shape[-1])
+    src = best["source_class"]
+    x = ctx.x[ctx.y == src] if src is not None else ctx.x[ctx.y != best["target_class"]]
+    with torch.inference_mode():
+        pred = ctx.model(torch.from_numpy(stamp(x, mask, pattern))).argmax(1).numpy()
+    # the file's patch is the optimised one rounded to 8 bits: the rate may move by an example at most
+    assert abs(float((pred == best["target_class"]).mean()) - best["attack_success"]) <= 1.0 / len(x) + 1e-9
+    held = held_out_attack_success(dirs[0], dirs, best, src, best["target_class"])
+    assert 0.0 <= held <= 1.0
+    assert len(json.dumps(data)) < 1 << 20
+
+
+@pytest.mark.slow
+def test_explain_draws_the_patch_for_an_image_model(tiny_image_zoo: Path, tmp_path: Path) -> None:
+    from PIL import Image
+    from typer.testing import CliRunner
+
+    from trojanscope.cli import build_app
+    from trojanscope.models.layout import list_model_dirs
+
+    m = list_model_dirs(tiny_image_zoo)[1]
+    args = ["explain", "--model_filepath", str(m / "model.pt"), "--examples_dirpath", str(m / "clean_example_data"),
+            "--detector", "image-default", "--top-k", "2", "--json", "--picture", str(tmp_path / "p.png")]
+    res = CliRunner().invoke(build_app(), args)
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout.strip().splitlines()[0])
+    assert data["modality"] == "image" and {"probability", "target_class", "source_class", "trigger",
+                                            "attack_success"} <= set(data)
+    assert (tmp_path / "p.png").exists() == (data["trigger"] is not None)  # no patch found: nothing drawn
+    if data["trigger"] is not None:
+        with Image.open(tmp_path / "p.png") as img:
+            assert img.format == "PNG" and img.width > img.height > 100
+
+
+def test_picture_is_refused_for_a_text_model(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from trojanscope.cli import build_app
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"modality": "text"}))
+    res = CliRunner().invoke(build_app(), ["explain", "--model_filepath", str(tmp_path / "model.pt"), "--examples_dirpath",
+                                   str(tmp_path), "--picture", str(tmp_path / "p.png")])
+    assert res.exit_code != 0 and not (tmp_path / "p.png").exists()
