@@ -35,9 +35,37 @@ def _norm(text: str) -> str:
 
 
 def planted(model_dir: Path) -> list[dict[str, Any]]:
-    """The triggers planted in a model, from its full config (empty for clean models and reduced configs)."""
-    triggers = read_config(model_dir).get("triggers") or []
-    return [t for t in triggers if isinstance(t, dict)]
+    """The triggers planted in a model (empty for clean models): from its full config (train split), else from
+    the METADATA row its ``model_stats.json`` keeps (test and holdout splits have the reduced config only; the
+    row has each trigger's type and classes, not its text, so no planted-text match is scored there)."""
+    triggers = read_config(model_dir).get("triggers")
+    if triggers is None:
+        triggers = _triggers_from_row(model_dir)
+    return [t for t in triggers or [] if isinstance(t, dict)]
+
+
+def _triggers_from_row(model_dir: Path) -> list[dict[str, Any]]:
+    try:
+        row = json.loads((Path(model_dir) / "model_stats.json").read_text()).get("metadata") or {}
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return []
+    out = []
+    for i in range(16):
+        kind, target = row.get(f"triggers_{i}_type"), _class(row.get(f"triggers_{i}_target_class"))
+        if not isinstance(kind, str) or target is None:
+            break
+        source = _class(row.get(f"triggers_{i}_source_class"))
+        out.append({"type": kind, "target_class": target, "source_class": source})
+    return out
+
+
+def _class(value: Any) -> int | None:
+    """A class index from a METADATA cell (int, float or None/NaN for an empty cell)."""
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(f) if f == f and f.is_integer() else None
 
 
 def held_out_attack_success(model_dir: Path, zoo_models: list[Path], trigger: dict[str, Any],
