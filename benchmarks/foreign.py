@@ -16,6 +16,9 @@ Steps (each resumes): 1. ``make_zoo`` into OUT/zoo; 2. ``export_zoo`` to OUT/zoo
 into OUT/eval-NAME, printing CE with its 95% CI, ROC-AUC, Brier, the mean detection time, and the per-factor
 breakdown (trigger type, head, adversarial, source corpus) of the first detector.
 
+Images (issue 50's zero-shot check): ``--preset benchmarks/foreign/round1-foreign.toml --no-export --detectors
+image-default`` (NIST's synthetic signs, other transforms, CNN widths and depths, schedule and polygon shapes).
+
 A second foreign generator, ``--preset benchmarks/foreign/round5-foreign2.toml`` (UCI sentences, its own pools
 ``words2.txt`` / ``phrases2.txt``, lr 2e-3, batch 128, 4 or 7 epochs), is the development zoo: recipes are
 compared on it (``benchmarks/transfer.py`` with it as a test-only group), so that round5-foreign stays held out.
@@ -44,6 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--detectors", default="default", help="comma-separated registered detectors (default: default)")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--preset", type=Path, default=PRESET, help="preset file (default: the foreign Round-5 preset)")
+    ap.add_argument("--no-export", action="store_true", help="score the zoo itself, not its TrojAI export (image "
+                    "generators such as benchmarks/foreign/round1-foreign.toml: the export is Round 5's text format)")
     args = ap.parse_args(argv)
 
     from trojanscope.models.export import export_zoo
@@ -57,9 +62,12 @@ def main(argv: list[str] | None = None) -> None:
     made = make_zoo(args.preset, args.split, args.count, zoo, workers=args.workers)
     print(f"zoo: {zoo} ({len(list_model_dirs(zoo))} models; {len(made.built)} built now, {made.skipped} already there)")
     built = {d.name for d in list_model_dirs(zoo)}
-    if not exported.is_dir() or {d.name for d in list_model_dirs(exported)} != built:
-        export_zoo(zoo, exported, overwrite=True)  # a grown zoo is exported again
-    print(f"TrojAI export: {exported}")
+    if args.no_export:
+        exported = zoo
+    else:
+        if not exported.is_dir() or {d.name for d in list_model_dirs(exported)} != built:
+            export_zoo(zoo, exported, overwrite=True)  # a grown zoo is exported again
+        print(f"TrojAI export: {exported}")
 
     for i, name in enumerate(n.strip() for n in args.detectors.split(",") if n.strip()):
         run = evaluate(exported, args.out / f"eval-{name}", detector=name, workers=args.workers, progress=True)

@@ -223,6 +223,13 @@ def concurrency(out: Path, workers: int) -> None:
               f"{done} ({rate})")
     else:
         print(f"never all {workers} busy at once (peak {active.max()})")
+    kept_s = sum(tot for _, _, tot in kept if tot is not None)
+    retired_s = sum(tot for _, _, tot in retired if tot is not None)
+    if kept_s > 0:
+        per_kept = (kept_s + retired_s) / len(kept)
+        print(f"draws retired below a bar: {len(retired)} for {len(kept)} kept ({retired_s / (kept_s + retired_s):.0%} "
+              f"of build time); per kept model with its retired draws {per_kept:.1f} s, so {workers} busy workers "
+              f"make {workers / per_kept * 3600:.0f} models/h")
     untimed = [e - s - tot for s, e, tot in kept if tot is not None]
     if untimed:
         print(f"per build outside its timed total_s (folder writing; log times have 1 s resolution and start after "

@@ -42,6 +42,8 @@ def test_concurrency_separates_slow_start_from_steady_state(tmp_path, capsys) ->
     assert "mean 1.5 of 2" in out  # 60 busy worker-seconds over 40 s
     assert "all 2 busy from t+20 s to t+39 s" in out
     assert "median 2.0 s" in out
+    assert "draws retired below a bar: 1 for 5 kept (17% of build time)" in out  # 8 of 48 timed seconds
+    assert "per kept model with its retired draws 9.6 s, so 2 busy workers make 750 models/h" in out
 
 
 def test_concurrency_needs_two_builds(tmp_path, capsys) -> None:
