@@ -61,12 +61,38 @@ def test_train_head_gru_is_bit_identical_with_and_without_the_fast_path(monkeypa
         assert torch.equal(states[0][key], states[1][key]), key
 
 
-def test_other_heads_and_inputs_keep_their_own_forward() -> None:
-    for model in (_head("LstmLinear"), _head(hidden=48)):  # an LSTM; a width whose gates round differently in ATen
-        with zero_state_heads(model):
+def test_other_heads_and_inputs_keep_their_own_forward(monkeypatch) -> None:
+    monkeypatch.setattr(training, "FAST_LSTM", False)
+    for model in (_head("LstmLinear"), _head(hidden=48)):  # an LSTM when its path is off; a width whose gates
+        with zero_state_heads(model):                      # round differently in ATen
             assert "forward" not in vars(model)
     gru = _head()
     gru.eval()
     x = torch.randn(5, 3, 24)  # several time steps: nn.GRU's own path
     with zero_state_heads(gru):
         assert torch.equal(gru(x), type(gru).forward(gru, x))
+
+
+@pytest.mark.parametrize("algorithm", ["none", "fbf"])
+def test_train_head_lstm_fast_path_stays_within_float_tolerance(monkeypatch, algorithm: str) -> None:
+    """LSTM heads through the zero-state cells: not the same bits as torch.lstm (its sums run in another order),
+    the same model within float tolerance after 3 epochs, the same dropout masks (a moved draw would put the
+    weights far apart) and the same accuracies."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(300, 24)).astype(np.float32)
+    y = (x[:, 0] + x[:, 1] > 0).astype(np.int64)
+    adv = Adversarial(algorithm=algorithm, ratio=0.5, eps=0.05, iterations=1)
+    states, histories = [], []
+    for fast in (False, True):
+        monkeypatch.setattr(training, "FAST_LSTM", fast)
+        model = _head("LstmLinear")
+        torch.manual_seed(11)
+        res = train_head(model, x[:200], y[:200], x[200:250], y[200:250], x[250:], y[250:], lr=1e-3, batch_size=16,
+                         max_epochs=3, min_epochs=1, patience=2, min_delta=0.0, early_stopping="none",
+                         adversarial=adv, seed=5)
+        states.append(model.state_dict())
+        histories.append(res.history)
+        assert "forward" not in vars(model)
+    for key in states[0]:
+        assert torch.allclose(states[0][key], states[1][key], atol=1e-4), key
+    assert [h["clean_val_acc"] for h in histories[0]] == [h["clean_val_acc"] for h in histories[1]]

@@ -71,6 +71,10 @@ def _perturb(
 
 #: Whether ``train_head`` runs GRU heads through ``_zero_state_gru`` (tests turn it off to compare with nn.GRU).
 FAST_GRU = True
+#: Whether it runs LSTM heads through the same zero-state cells: not bit for bit (``torch.lstm`` sums the gate
+#: products in another order; outputs differ by about 1e-7 per step) but three times faster per step on a CPU
+#: (``benchmarks/head_training.py``), so CPU-built LSTM heads match builds before it within float tolerance.
+FAST_LSTM = True
 
 
 def _zero_state_gru(rnn: nn.GRU, x: torch.Tensor) -> torch.Tensor:
@@ -89,21 +93,23 @@ def _zero_state_gru(rnn: nn.GRU, x: torch.Tensor) -> torch.Tensor:
     return zero_state_cells(rnn, x)
 
 
-def _gru_fast_applies(model: nn.Module) -> bool:
+def _fast_path_applies(model: nn.Module) -> bool:
     rnn = getattr(model, "rnn", None)
     # ATen applies the gates in place on [N, H] chunks of the gate matrix, row by row: with H a multiple of the
     # vector loop's width (32 floats with AVX-512) no element takes the scalar tail path, whose sigmoid/tanh round
     # differently (H = 16 or 48 differ by 6e-8). 64 leaves room; every preset's heads are 256 or 512 wide.
     # reads_final_hidden: the head declares its forward is linear(dropout(final hidden)) (the text GRU/LSTM heads)
-    return (FAST_GRU and getattr(type(model), "reads_final_hidden", False) and type(rnn) is nn.GRU
-            and rnn.batch_first and rnn.bias and not getattr(rnn, "proj_size", 0) and rnn.hidden_size % 64 == 0)
+    kind_on = (type(rnn) is nn.GRU and FAST_GRU) or (type(rnn) is nn.LSTM and FAST_LSTM)
+    return (kind_on and getattr(type(model), "reads_final_hidden", False) and rnn.batch_first and rnn.bias
+            and not getattr(rnn, "proj_size", 0) and rnn.hidden_size % 64 == 0)
 
 
 @contextlib.contextmanager
 def zero_state_heads(model: nn.Module) -> Iterator[nn.Module]:
-    """Within the block, a GRU head answers one-step inputs through ``_zero_state_gru`` (same bits, less work);
-    any other model or input shape goes through its own forward."""
-    if not _gru_fast_applies(model):
+    """Within the block, a GRU head answers one-step inputs through ``_zero_state_gru`` (same bits, less work), and
+    an LSTM head through the same cells (``FAST_LSTM``: within float tolerance, a third of the time); any other
+    model or input shape goes through its own forward."""
+    if not _fast_path_applies(model):
         yield model
         return
     original = type(model).forward
@@ -169,8 +175,9 @@ def train_head(
 ) -> TrainResult:
     """Train ``model`` in place and restore its best checkpoint; returns the per-epoch history.
 
-    ``regulariser(model)``, when given, is added to every step's loss (evasive training's terms). GRU heads
-    train through ``zero_state_heads`` (the same bits with a third less work per step). Heads train on
+    ``regulariser(model)``, when given, is added to every step's loss (evasive training's terms). GRU and LSTM
+    heads train through ``zero_state_heads`` (GRU: the same bits with a third less work per step; LSTM: within
+    float tolerance, a third of the time). Heads train on
     ``training_device()`` (``TROJANSCOPE_TRAIN_DEVICE``; ``rounds/accelerator.py``) and come back on the CPU;
     a regularised head (evasive rounds: its terms hold CPU tensors of the reference) trains on the CPU.
     """
