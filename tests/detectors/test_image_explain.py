@@ -94,8 +94,10 @@ def test_picture_is_refused_for_a_text_model(tmp_path: Path) -> None:
 
     from trojanscope.cli import build_app
 
-    cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"modality": "text"}))
-    res = CliRunner().invoke(build_app(), ["explain", "--model_filepath", str(tmp_path / "model.pt"), "--examples_dirpath",
-                                   str(tmp_path), "--picture", str(tmp_path / "p.png")])
-    assert res.exit_code != 0 and not (tmp_path / "p.png").exists()
+    (tmp_path / "config.json").write_text(json.dumps({"modality": "text"}))
+    (tmp_path / "model.pt").write_bytes(b"")
+    args = ["explain", "--model_filepath", str(tmp_path / "model.pt"), "--examples_dirpath", str(tmp_path),
+            "--picture", str(tmp_path / "p.png")]
+    res = CliRunner().invoke(build_app(), args, env={"COLUMNS": "200"})
+    assert res.exit_code == 2 and "draws image patches only" in res.output, res.output
+    assert not (tmp_path / "p.png").exists()
