@@ -141,7 +141,7 @@ def explain_command(
     import json
 
     from trojanscope.detectors.explain import explain_model
-    from trojanscope.detectors.modalities import DETECTOR_MODALITIES
+    from trojanscope.detectors.modalities import optional_hook
     from trojanscope.detectors.runner import contract_inputs, score_inputs
     from trojanscope.models.modalities import modality_name
 
@@ -150,8 +150,7 @@ def explain_command(
     draw = None
     if picture is not None:
         modality = modality_name(inputs.config)
-        draw = getattr(DETECTOR_MODALITIES.get(modality), "picture", None) if modality in DETECTOR_MODALITIES \
-            else None
+        draw = optional_hook(modality, "picture")
         if draw is None:
             raise typer.BadParameter(f"{model_filepath} is a {modality} model; --picture draws image patches only",
                                      param_hint="--picture")

@@ -153,21 +153,16 @@ def explain_model(inputs: ModelInputs, probability: float | None = None, *, dete
                   top_k: int = 5) -> Explanation:
     """The explanation for any modality the reduced config names whose ``DETECTORS`` facet has an
     ``explain(inputs, probability, *, top_k, detector)`` (text and image today)."""
-    from trojanscope.detectors.modalities import DETECTOR_MODALITIES
+    from trojanscope.detectors.modalities import DETECTOR_MODALITIES, optional_hook
     from trojanscope.models.modalities import modality_name
 
     modality = modality_name(inputs.config)
-    explain = getattr(DETECTOR_MODALITIES.get(modality), "explain", None) if modality in DETECTOR_MODALITIES else None
+    explain = optional_hook(modality, "explain")
     if explain is None:
+        explained = [n for n in DETECTOR_MODALITIES.names() if optional_hook(n, "explain") is not None]
         raise DataError(f"{inputs.model_filepath}: explanations of {modality} models are not implemented yet "
-                        f"(explained: {', '.join(n for n in DETECTOR_MODALITIES.names() if _explains(n))})")
+                        f"(explained: {', '.join(explained)})")
     return explain(inputs, probability, top_k=top_k, detector=detector)
-
-
-def _explains(modality: str) -> bool:
-    from trojanscope.detectors.modalities import DETECTOR_MODALITIES
-
-    return getattr(DETECTOR_MODALITIES.get(modality), "explain", None) is not None
 
 
 def triggered_by_half(texts: list[str], unit: str) -> dict[str, list[str]]:

@@ -48,3 +48,9 @@ def detector_modality(inputs: ModelInputs) -> DetectorModality:
     """The facet of the modality ``inputs``' reduced config names (never told by paths or names)."""
     where = f"{inputs.model_filepath} (config modality)"
     return lookup_modality(DETECTOR_MODALITIES, modality_name(inputs.config), where)
+
+
+def optional_hook(modality: str, name: str) -> Any:
+    """The optional method ``name`` of a modality's facet (``explain``, ``picture``, ``held_out_attack_success``),
+    or None where the modality is not registered or does not provide it."""
+    return getattr(DETECTOR_MODALITIES.get(modality), name, None) if modality in DETECTOR_MODALITIES else None

@@ -73,12 +73,10 @@ def held_out_attack_success(model_dir: Path, zoo_models: list[Path], trigger: di
     """The recovered trigger's attack success on held-out clean inputs of its source class, measured by the
     model's modality (``held_out_attack_success`` of its ``DETECTORS`` facet; text: inserted into other models'
     example texts, images: the patch stamped on other models' example images); NaN where it has none."""
-    from trojanscope.detectors.modalities import DETECTOR_MODALITIES
+    from trojanscope.detectors.modalities import optional_hook
     from trojanscope.models.modalities import modality_name
 
-    modality = modality_name(read_config(model_dir))
-    facet = DETECTOR_MODALITIES.get(modality) if modality in DETECTOR_MODALITIES else None
-    measure = getattr(facet, "held_out_attack_success", None)
+    measure = optional_hook(modality_name(read_config(model_dir)), "held_out_attack_success")
     return float("nan") if measure is None else measure(model_dir, zoo_models, trigger, source, target)
 
 
