@@ -114,3 +114,59 @@ def test_parameters_fitted_before_the_novelty_bound_load_and_never_flag():
     d["novelty_max"] = -1.0
     with pytest.raises(ConfigError, match="novelty_max"):
         MetaClassifier.from_dict(d)
+
+
+def _generator(n, shift, seed):
+    """One generator's models: a trojan moves feature a by 2 and b by 1; the generator moves a's clean level."""
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % 2
+    f = rng.standard_normal((n, 6))
+    f[:, 0] += 2.0 * y + shift
+    f[:, 1] += 1.0 * y
+    return f, y
+
+
+def _generators(shifts=(0.0, 0.5, -0.5), n=40):
+    parts = [_generator(n, s, i) for i, s in enumerate(shifts)]
+    groups = np.repeat([f"gen{i}" for i in range(len(shifts))], n)
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), groups
+
+
+def _ce(y, p):
+    p = np.clip(p, 1e-12, 1 - 1e-12)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+
+def test_three_generators_calibrate_leaving_one_out_and_abstain_far_outside_them():
+    f, y, groups = _generators()
+    names = list("abcdef")
+    plain = MetaClassifier.fit(f, y, names)
+    grouped = MetaClassifier.fit(f, y, names, groups=groups)
+    assert plain.calibration == "stratified" and plain.abstain == 0 and plain.reach_ref is None
+    assert grouped.calibration == "groups" and grouped.n_groups == 3 and grouped.abstain >= 1
+    far_f, far_y = _generator(200, 10.0, 99)  # a generator whose clean models sit 10 sd out on feature a
+    assert _ce(far_y, plain.predict_proba(far_f)) > np.log(2) + 0.5  # confidently wrong: reads "trojaned"
+    assert _ce(far_y, grouped.predict_proba(far_f)) < np.log(2) + 0.05  # about the constant answer
+    assert grouped.weight(far_f).mean() < 0.5 and np.allclose(grouped.weight(f[:5]), 1.0, atol=0.35)
+    near_f, near_y = _generator(200, 0.0, 98)  # a new draw of a seen generator keeps its skill
+    assert _ce(near_y, grouped.predict_proba(near_f)) < 0.5
+
+
+def test_fewer_than_three_generators_fit_exactly_as_without_groups():
+    f, y, groups = _generators(shifts=(0.0, 0.5))
+    plain = MetaClassifier.fit(f, y, list("abcdef"))
+    two = MetaClassifier.fit(f, y, list("abcdef"), groups=groups)
+    assert two.to_dict() == plain.to_dict()
+
+
+def test_grouped_parameters_round_trip_and_bad_abstention_is_refused():
+    f, y, groups = _generators()
+    clf = MetaClassifier.fit(f, y, list("abcdef"), groups=groups)
+    d = json.loads(json.dumps(clf.to_dict()))
+    far = _generator(20, 10.0, 5)[0]
+    np.testing.assert_array_equal(MetaClassifier.from_dict(d).predict_proba(far), clf.predict_proba(far))
+    for key, bad in (("abstain", -1.0), ("reach_ref", float("inf")), ("calibration", "magic")):
+        with pytest.raises(ConfigError, match=key):
+            MetaClassifier.from_dict({**d, key: bad})
+    with pytest.raises(ConfigError, match="group labels"):
+        MetaClassifier.fit(f, y, list("abcdef"), groups=groups[:-1])

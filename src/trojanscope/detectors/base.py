@@ -67,8 +67,10 @@ class Detector(ABC):
         names = [p.name for p in init if p.name != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
         return {name: getattr(self, name) for name in names}
 
-    def fit(self, models: Sequence[ModelInputs], labels: Sequence[int]) -> Detector:
-        """Learn parameters from a training zoo. Default: nothing to learn."""
+    def fit(self, models: Sequence[ModelInputs], labels: Sequence[int],
+            groups: Sequence[str] | None = None) -> Detector:
+        """Learn parameters from a training zoo (``groups``: each model's generator, for detectors that calibrate
+        across generators). Default: nothing to learn."""
         return self
 
     @abstractmethod

@@ -148,8 +148,10 @@ class MetaDetector(Detector):
 
     def __init__(self, *, families: Sequence[str], name: str = "meta", fallback: dict[str, str] | None = None,
                  family_params: dict[str, dict] | None = None, workers: int = 1, seed: int = 0,
-                 executor: str = "local") -> None:
+                 executor: str = "local", candidates: Sequence[Sequence[str]] | None = None) -> None:
         self.families = families
+        # family subsets the fit chooses from by cross-validated CE (None: all the families, no choice)
+        self.candidates = candidates
         self.name = name  # what its parameter file and messages call it
         self.fallback = fallback  # modality -> the detector that scores models of that modality instead
         self.family_params = family_params
@@ -185,31 +187,48 @@ class MetaDetector(Detector):
             raise ConfigError(f"{inputs.model_filepath}: model of modality {got.name!r}, but detector {self.name!r} "
                               f"reads {self.modality!r} models; use --detector {fix}")
 
-    def fit(self, models: Sequence[ModelInputs], labels: Sequence[int]) -> MetaDetector:
-        """Compute every training model's features, then fit the meta-classifier."""
+    def fit(self, models: Sequence[ModelInputs], labels: Sequence[int],
+            groups: Sequence[str] | None = None) -> MetaDetector:
+        """Compute every training model's features, then fit the meta-classifier (``groups``: each model's
+        generator; with 3 or more, calibration leaves one generator out: ``detectors.meta``)."""
         for m in models:
             self._check_modality(m)
         from trojanscope.detectors import domain
 
         rows, _ = feature_table(models, self.families, self.family_params, workers=self.workers,
                                 executor=self.executor)
-        self.fit_features(rows, labels)
+        self.fit_features(rows, labels, groups=groups)
         self.trained_on_["domain"] = domain.summarize(domain.model_domain(m) for m in models)
         return self
 
     def fit_features(self, rows: Sequence[dict[str, float]], labels: Sequence[int], *,
-                     family_params: dict[str, dict] | None = None) -> MetaDetector:
+                     family_params: dict[str, dict] | None = None,
+                     groups: Sequence[str] | None = None) -> MetaDetector:
         """Fit from precomputed feature dicts (only this detector's families are used). ``family_params``: the
-        families' parameters the rows were computed with where fitting learned some (default: the detector's)."""
-        prefixes = tuple(f"{f}." for f in self.families)
-        rows = [{k: v for k, v in r.items() if k.startswith(prefixes)} for r in rows]
-        f, names = matrix(rows)
-        if not names:
-            raise ConfigError(f"detector {self.name!r}: no features computed; is the training zoo empty?")
-        self.classifier_ = MetaClassifier.fit(f, np.asarray(labels), names, seed=self.seed)
+        families' parameters the rows were computed with where fitting learned some (default: the detector's);
+        ``groups``: each row's generator (see :meth:`fit`)."""
+        best: tuple[float, tuple[str, ...], MetaClassifier] | None = None
+        tried = {}
+        for subset in [tuple(c) for c in self.candidates] if self.candidates else [tuple(self.families)]:
+            prefixes = tuple(f"{f}." for f in subset)
+            f, names = matrix([{k: v for k, v in r.items() if k.startswith(prefixes)} for r in rows])
+            if not names:
+                raise ConfigError(f"detector {self.name!r}: no features of {', '.join(subset)} computed; is the "
+                                  "training zoo empty?")
+            clf = MetaClassifier.fit(f, np.asarray(labels), names, seed=self.seed, groups=groups)
+            tried["+".join(subset)] = round(clf.cv_cross_entropy, 4)
+            if best is None or clf.cv_cross_entropy < best[0] - 1e-9:  # ties: the earlier candidate
+                best = (clf.cv_cross_entropy, subset, clf)
+        assert best is not None
+        _, self.selected_, self.classifier_ = best
         used = self.family_params if family_params is None else family_params
         self.family_params_ = {fam.name: fam.params() for fam in _families(self.families, used)}
         self.trained_on_: dict[str, Any] = {"n_models": len(rows), "n_trojaned": int(np.sum(labels))}
+        if self.candidates:
+            self.trained_on_["candidates_cv_cross_entropy"] = tried
+        if groups is not None:
+            self.trained_on_["groups"] = {g: int(n) for g, n in zip(*np.unique(np.asarray(groups, str),
+                                                                               return_counts=True), strict=True)}
         return self
 
     def _check_fitted(self) -> MetaClassifier:
@@ -239,7 +258,7 @@ class MetaDetector(Detector):
         self._check_modality(inputs)
         from trojanscope.detectors import domain
 
-        feats = compute_features(inputs, _families(self.families, self.family_params_))
+        feats = compute_features(inputs, _families(self.used_families, self.family_params_))
         vec = clf.vector(feats)[None, :]
         p = float(clf.predict_proba(vec)[0])
         notes = domain.out_of_fit(getattr(self, "trained_on_", {}).get("domain"), inputs)
@@ -247,6 +266,11 @@ class MetaDetector(Detector):
         if far is not None:
             notes.append(far)
         return Detection(probability=p, features=feats, warnings=[f"out of fit: {n}" for n in notes])
+
+    @property
+    def used_families(self) -> tuple[str, ...]:
+        """The families a fitted detector reads: its chosen candidate, or all of them."""
+        return tuple(getattr(self, "selected_", None) or self.families)
 
     def score_features(self, rows: Sequence[dict[str, float]]) -> np.ndarray:
         """P(trojaned) for precomputed feature dicts."""
@@ -259,6 +283,7 @@ class MetaDetector(Detector):
         atomic_write_json(path, {
             "trojanscope_detector_params": PARAMS_FORMAT, "detector": self.name, "families": list(self.families),
             "family_params": self.family_params_, "classifier": clf.to_dict(),
+            **({"selected": list(self.used_families)} if self.candidates else {}),
             "trained_on": {**self.trained_on_, **provenance},
         })
 
@@ -295,6 +320,11 @@ class MetaDetector(Detector):
         det = cls(**{**params, "family_params": fparams})
         _families(det.families, fparams)  # validates names and keywords now, not at scoring time
         det.classifier_ = MetaClassifier.from_dict(d.get("classifier") or {})
+        selected = d.get("selected", families)
+        if (not isinstance(selected, list) or not selected or not all(isinstance(f, str) for f in selected)
+                or set(selected) - set(families)):
+            raise ConfigError(f"{where}: selected must be a non-empty list of the detector's families, got {selected!r}")
+        det.selected_ = tuple(selected)
         det.family_params_ = fparams
         det.trained_on_ = dict(d.get("trained_on") or {})
         return det

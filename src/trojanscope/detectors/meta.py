@@ -11,6 +11,18 @@ It also keeps how far its training models lie from their own centre (``novelty_m
 over the standardised features of any training model). A model further out than every training model is
 *outside the fit* in feature space, even when its shape was seen: :meth:`MetaClassifier.outside` says so.
 For a model drawn like the training models that happens with probability about 1/(n+1).
+
+**Fitted on several generators** (``groups``: which generator, e.g. preset, made each training model; at least
+3 of them), the cross-validation leaves one generator out instead of a stratified fifth: ``C``, the Platt map
+and ε are chosen on decision values of models whose generator the fold never saw, so the probabilities say how
+sure the fit can be on an *unseen* generator, not on another model of its own. The same folds fit an
+*abstention*: a model whose features lie further out along what the classifier reads (``reach``: the root
+of the |coefficient|-weighted mean z²) than the fit's own models (``reach_ref``: their 90th percentile) gets the
+answer ``w * p + (1 - w) * 0.5`` with ``w = exp(-abstain * excess)``, ``excess = reach / reach_ref - 1`` (0
+inside); ``abstain`` is chosen from ``ABSTAIN_GRID`` with C, by the left-out generators' cross-entropy, and is at
+least 1 by design: a fit cannot learn from its own generators how wrong it is outside all of them. A model far
+outside every generator the fit saw thus gets about 0.5. Without groups (one generator, e.g. configure mode on
+a round's train split), nothing changes: stratified folds and no abstention.
 """
 
 from __future__ import annotations
@@ -27,6 +39,9 @@ from trojanscope.errors import ConfigError
 C_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
 EPS_GRID = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1)
 Z_CLIP = 6.0  # standardised features are clipped: a test model far outside the train zoo cannot dominate
+ABSTAIN_GRID = (1.0, 2.0, 4.0, 8.0)  # weight exp(-abstain * excess) on the fit, the rest on 0.5; by left-out CE
+REACH_QUANTILE = 0.9  # the fit's own models' reach that counts as "inside"
+MIN_GROUPS = 3  # leave-one-generator-out calibration needs at least this many generators
 
 
 def _ce(y: np.ndarray, p: np.ndarray) -> float:
@@ -72,6 +87,37 @@ def _sigmoid(v: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(v, -60, 60)))
 
 
+def _reach(z: np.ndarray, coef: np.ndarray) -> np.ndarray:
+    """How far rows of standardised ``z`` lie out along what the classifier reads: the root of the |coef|-weighted
+    mean z², so one far feature the classifier leans on counts more than many near ones."""
+    w = np.abs(coef)
+    w = w / w.sum() if w.sum() > 0 else np.full(len(w), 1.0 / max(len(w), 1))
+    return np.sqrt(np.square(z) @ w)
+
+
+def _excess(reach: np.ndarray, ref: float) -> np.ndarray:
+    """Reach beyond the fit's own models', as a fraction of theirs (0 inside)."""
+    return np.maximum(0.0, reach / max(ref, 1e-9) - 1.0)
+
+
+def _group_splits(y: np.ndarray, groups: np.ndarray | None) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """Leave-one-group-out folds, or None where they cannot calibrate (fewer than MIN_GROUPS groups, or a fold
+    whose training side lacks 2 models of either class)."""
+    if groups is None:
+        return None
+    names = list(dict.fromkeys(groups.tolist()))
+    if len(names) < MIN_GROUPS:
+        return None
+    splits = []
+    for g in names:
+        te = np.flatnonzero(groups == g)
+        tr = np.flatnonzero(groups != g)
+        if min((y[tr] == 0).sum(), (y[tr] == 1).sum()) < 2:
+            return None
+        splits.append((tr, te))
+    return splits
+
+
 @dataclass
 class MetaClassifier:
     """Fitted state; build with :meth:`fit` or :meth:`from_dict`."""
@@ -89,10 +135,17 @@ class MetaClassifier:
     cv_roc_auc: float
     n_train: int
     novelty_max: float | None = None  # largest training-model mean |z| (None: parameters fitted before it)
+    abstain: float = 0.0  # how fast the answer goes to 0.5 beyond reach_ref (0: never; files before it)
+    reach_ref: float | None = None  # the fit's own models' reach (90th percentile); None: no abstention
+    calibration: str = "stratified"  # "stratified" folds, or "groups": leave one generator out
+    n_groups: int | None = None  # generators in the fit (with calibration "groups")
 
     @classmethod
-    def fit(cls, features: np.ndarray, labels: np.ndarray, names: list[str], seed: int = 0) -> MetaClassifier:
-        """Fit on ``features`` [N, F] and 0/1 ``labels`` [N] (cross-validation needs ≥ 2 of each class)."""
+    def fit(cls, features: np.ndarray, labels: np.ndarray, names: list[str], seed: int = 0,
+            groups: np.ndarray | list | None = None) -> MetaClassifier:
+        """Fit on ``features`` [N, F] and 0/1 ``labels`` [N] (cross-validation needs ≥ 2 of each class).
+        ``groups`` [N]: the generator of each model; with at least 3, calibration leaves one generator out and
+        fits the abstention (module docstring)."""
         from sklearn.model_selection import StratifiedKFold
 
         f = np.asarray(features, dtype=np.float64)
@@ -103,15 +156,17 @@ class MetaClassifier:
                 f"fitting needs at least 2 clean and 2 trojaned models, got {int((y == 0).sum())} clean and "
                 f"{int((y == 1).sum())} trojaned; use a larger training zoo"
             )
+        g = None if groups is None else np.asarray([str(v) for v in groups])
+        if g is not None and len(g) != len(y):
+            raise ConfigError(f"{len(g)} group labels for {len(y)} models")
+        by_group = _group_splits(y, g)
+        if by_group is not None:
+            return cls._fit_groups(f, y, names, by_group)
         folds = min(5, minority)
         splits = list(StratifiedKFold(folds, shuffle=True, random_state=seed).split(f, y))
 
         def stats(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            part = f[rows]
-            mean = np.nanmedian(np.where(np.isfinite(part), part, np.nan), axis=0)
-            mean = np.nan_to_num(mean)
-            scale = np.nanstd(np.where(np.isfinite(part), part, np.nan), axis=0)
-            return mean, np.where(np.isfinite(scale) & (scale > 1e-9), scale, 1.0)
+            return cls._stats(f[rows])
 
         best: tuple[float, float, np.ndarray] | None = None
         for c in C_GRID:
@@ -142,6 +197,54 @@ class MetaClassifier:
             novelty_max=float(np.abs(z).mean(axis=1).max()),
         )
 
+    @staticmethod
+    def _stats(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Median and std per feature over finite values (std floored at 1 where degenerate)."""
+        finite = np.where(np.isfinite(part), part, np.nan)
+        mean = np.nan_to_num(np.nanmedian(finite, axis=0))
+        scale = np.nanstd(finite, axis=0)
+        return mean, np.where(np.isfinite(scale) & (scale > 1e-9), scale, 1.0)
+
+    @classmethod
+    def _fit_groups(cls, f: np.ndarray, y: np.ndarray, names: list[str],
+                    splits: list[tuple[np.ndarray, np.ndarray]]) -> MetaClassifier:
+        """Leave-one-generator-out choice of C, Platt map, abstention and ε (module docstring)."""
+        best: tuple[float, float, float, np.ndarray, np.ndarray] | None = None
+        for c in C_GRID:
+            oof, excess = np.zeros(len(y)), np.zeros(len(y))
+            for tr, te in splits:
+                m, s = cls._stats(f[tr])
+                z_tr = _standardise(f[tr], m, s)
+                coef, b = _fit_lr(z_tr, y[tr], c)
+                z_te = _standardise(f[te], m, s)
+                oof[te] = z_te @ coef + b
+                ref = float(np.quantile(_reach(z_tr, coef), REACH_QUANTILE))
+                excess[te] = _excess(_reach(z_te, coef), ref)
+            a, pb = _fit_platt(oof, y)
+            p_fit = _sigmoid(a * oof + pb)
+            for lam in ABSTAIN_GRID:
+                w = np.exp(-lam * excess)
+                p = w * p_fit + (1 - w) * 0.5
+                ce = _ce(y, p)
+                if best is None or ce < best[0] - 1e-9:
+                    best = (ce, c, lam, p, oof)
+        assert best is not None
+        _, c, lam, p_oof, oof = best
+        a, pb = _fit_platt(oof, y)
+        eps = min(EPS_GRID, key=lambda e: (_ce(y, np.clip(p_oof, e, 1 - e)), e))
+        eps = float(np.clip(max(eps, 1.0 / (len(y) + 2)), EPS_GRID[0], EPS_GRID[-1]))
+        mean, scale = cls._stats(f)
+        z = _standardise(f, mean, scale)
+        coef, b = _fit_lr(z, y, c)
+        return cls(
+            feature_names=list(names), mean=mean.tolist(), scale=scale.tolist(), coef=coef.tolist(), intercept=b,
+            platt_a=a, platt_b=pb, eps=float(eps), C=float(c),
+            cv_cross_entropy=_ce(y, np.clip(p_oof, eps, 1 - eps)), cv_roc_auc=_auc(y, oof), n_train=len(y),
+            novelty_max=float(np.abs(z).mean(axis=1).max()), abstain=float(lam),
+            reach_ref=float(np.quantile(_reach(z, coef), REACH_QUANTILE)), calibration="groups",
+            n_groups=len(splits),
+        )
+
     def vector(self, features: dict[str, float]) -> np.ndarray:
         """The feature vector in training order; a feature this model lacks takes the training median."""
         return np.asarray([features.get(n, m) for n, m in zip(self.feature_names, self.mean, strict=True)], float)
@@ -153,9 +256,19 @@ class MetaClassifier:
     def decision(self, f: np.ndarray) -> np.ndarray:
         return self._z(f) @ np.asarray(self.coef) + self.intercept
 
+    def weight(self, f: np.ndarray) -> np.ndarray:
+        """The fit's weight in (0, 1] for rows of ``f`` (the rest goes to 0.5): 1 inside its reach, less outside."""
+        if not self.abstain or self.reach_ref is None:
+            return np.ones(len(np.atleast_2d(f)))
+        reach = _reach(self._z(f), np.asarray(self.coef))
+        return np.exp(-self.abstain * _excess(reach, self.reach_ref))
+
     def predict_proba(self, f: np.ndarray) -> np.ndarray:
-        """Calibrated, clipped P(trojaned) for rows of ``f``."""
+        """Calibrated, clipped P(trojaned) for rows of ``f`` (drawn towards 0.5 outside the fit's reach)."""
         p = _sigmoid(self.platt_a * self.decision(f) + self.platt_b)
+        if self.abstain and self.reach_ref is not None:
+            w = self.weight(f)
+            p = w * p + (1 - w) * 0.5
         return np.clip(p, self.eps, 1 - self.eps)
 
     def novelty(self, f: np.ndarray) -> np.ndarray:
@@ -181,7 +294,7 @@ class MetaClassifier:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MetaClassifier:
         """Rebuild from JSON, checking every field's type and shape (the file is untrusted)."""
-        optional = {"novelty_max"}  # absent from files written before it
+        optional = {"novelty_max", "abstain", "reach_ref", "calibration", "n_groups"}  # absent from older files
         try:
             obj = cls(**{k: d[k] for k in cls.__dataclass_fields__ if k not in optional or k in d})
             n = len(obj.feature_names)
@@ -198,6 +311,12 @@ class MetaClassifier:
             if obj.novelty_max is not None and not (isinstance(obj.novelty_max, (int, float))
                                                     and math.isfinite(obj.novelty_max) and obj.novelty_max >= 0):
                 raise ValueError(f"novelty_max {obj.novelty_max!r} is not a finite number >= 0")
+            for key in ("abstain", "reach_ref"):
+                v = getattr(obj, key)
+                if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                    raise ValueError(f"{key} {v!r} is not a finite number >= 0")
+            if obj.calibration not in ("stratified", "groups"):
+                raise ValueError(f"calibration {obj.calibration!r} is not 'stratified' or 'groups'")
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(
                 f"detector parameters are malformed ({exc}); refit with 'trojanscope detect fit'"

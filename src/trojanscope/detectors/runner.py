@@ -153,11 +153,29 @@ def zoo_inputs(zoo: Path | str, limit: int | None = None) -> tuple[list[ModelInp
     return models, labels
 
 
+def zoo_generator(zoo: Path | str) -> str:
+    """The generator that made a zoo, for calibration across generators: its preset's name (zoos of one preset
+    are one generator, whatever their version or split), or the folder's path where no ``preset.toml`` says."""
+    import tomllib
+
+    root = Path(zoo)
+    for where in (root, root.parent) if root.name == "models" else (root,):
+        try:
+            name = tomllib.loads((where / "preset.toml").read_text(encoding="utf-8")).get("name")
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            continue
+        if isinstance(name, str) and name:
+            return name
+    return str(root.resolve())
+
+
 def fit_on_zoo(zoo: Path | str | Sequence[Path | str], detector: str, out: Path | str, *, workers: int = 1,
                limit: int | None = None, command: str | None = None, executor: str = "local"):
     """Fit ``detector`` on every labelled model of ``zoo`` (one zoo, or several fitted as one set: the union of
     presets a shipped detector should cover) and save its JSON parameters to ``out`` (``command``, recorded as
-    provenance, defaults to the equivalent ``trojanscope detect fit``). ``limit`` applies per zoo."""
+    provenance, defaults to the equivalent ``trojanscope detect fit``). ``limit`` applies per zoo. Each model's
+    generator (:func:`zoo_generator`) goes to the fit: zoos of 3 or more generators are calibrated leaving one
+    generator out."""
     from trojanscope.detectors import DETECTORS
 
     if not _is_learned(detector):
@@ -168,12 +186,13 @@ def fit_on_zoo(zoo: Path | str | Sequence[Path | str], detector: str, out: Path 
         raise ConfigError("no training zoo given; pass --zoo ZOO (repeat it to fit on several)")
     if executor not in ("local", "ray"):
         raise ConfigError(f"--executor must be local or ray, got {executor!r}")
-    models, labels = [], []
+    models, labels, groups = [], [], []
     for z in zoos:
         m, y = zoo_inputs(z, limit)
         models += m
         labels += y
-    det = DETECTORS.get(detector)(workers=workers, executor=executor).fit(models, labels)
+        groups += [zoo_generator(z)] * len(m)
+    det = DETECTORS.get(detector)(workers=workers, executor=executor).fit(models, labels, groups=groups)
     zoo_args = " ".join(f"--zoo {z}" for z in zoos)
     det.save(out, zoo=str(zoos[0]) if len(zoos) == 1 else [str(z) for z in zoos],
              command=command or f"trojanscope detect fit {zoo_args} --detector {detector} --out {out}")

@@ -201,9 +201,10 @@ class ImageLitmusDetector(MetaDetector):
         self.config = config
         self.folds = folds
 
-    def fit(self, models: Sequence[ModelInputs], labels: Sequence[int],
+    def fit(self, models: Sequence[ModelInputs], labels: Sequence[int], groups: Sequence[str] | None = None,
             out_of_fold: Sequence[float] | None = None) -> ImageLitmusDetector:
-        """Out-of-fold scores, final queries on every model, calibration on the out-of-fold scores.
+        """Out-of-fold scores, final queries on every model, calibration on the out-of-fold scores (``groups``:
+        each model's generator, for the calibration: ``detectors.meta``).
         ``out_of_fold``: those scores already computed by :func:`out_of_fold_scores` for these models with this
         configuration, folds and seed (a cross-validation that ran it), so they are not learned twice."""
         from trojanscope.detectors import domain
@@ -218,7 +219,7 @@ class ImageLitmusDetector(MetaDetector):
                else out_of_fold_scores(nets, labels, cfg, self.folds, self.seed))
         queries, readout = learn_queries(nets, labels, cfg)
         learned = {**(self.family_params or {}), "litmus": family_params(queries, readout, cfg)}
-        self.fit_features([{"litmus.score": float(s)} for s in oof], labels, family_params=learned)
+        self.fit_features([{"litmus.score": float(s)} for s in oof], labels, family_params=learned, groups=groups)
         self.trained_on_["domain"] = domain.summarize(domain.model_domain(m) for m in models)
         self.trained_on_["litmus"] = {"config": asdict(cfg), "folds": self.folds,
                                       "out_of_fold_scores": [round(float(s), 6) for s in oof]}
