@@ -19,7 +19,7 @@ from trojanscope.detectors.base import DETECTORS
 from trojanscope.errors import ConfigError
 
 DETECTOR_SPECS: dict[str, DetectorSpec] = {}
-SPEC_KEYS = {"families", "description", "params", "fallback"}
+SPEC_KEYS = {"families", "description", "params", "fallback", "candidates"}
 # A modality's declarations are Python, not a data file, so they may also name the estimator class.
 MODALITY_SPEC_KEYS = SPEC_KEYS | {"estimator"}
 META_DETECTOR = "trojanscope.detectors.learned:MetaDetector"
@@ -37,6 +37,7 @@ class DetectorSpec:
     shipped: str | None = None  # file name under detectors/params/
     fallback: dict[str, str] = field(default_factory=dict)
     estimator: str = META_DETECTOR
+    candidates: tuple[tuple[str, ...], ...] | None = None  # family subsets the fit chooses from (None: all)
 
     @property
     def needs(self) -> frozenset[str]:
@@ -48,8 +49,12 @@ class DetectorSpec:
         return getattr(importlib.import_module(module), attr)
 
     def declared_params(self) -> dict[str, Any]:
-        """The estimator parameters this declaration fixes: ``name``, ``families``, ``fallback``."""
-        return {"name": self.name, "families": self.families, "fallback": dict(self.fallback)}
+        """The estimator parameters this declaration fixes: ``name``, ``families``, ``fallback`` (and
+        ``candidates`` where it declares them)."""
+        fixed: dict[str, Any] = {"name": self.name, "families": self.families, "fallback": dict(self.fallback)}
+        if self.candidates is not None:
+            fixed["candidates"] = self.candidates
+        return fixed
 
     def __call__(self, **params: Any) -> Any:
         """A new, unfitted detector: the estimator with the declared parameters plus ``params`` (``family_params``,
@@ -114,9 +119,18 @@ def spec_from_entry(name: str, entry: Any, where: str, modality_of: dict[str, st
     estimator = entry.get("estimator", META_DETECTOR)
     if not isinstance(estimator, str) or ":" not in estimator:
         raise ConfigError(f'{where}: estimator must be a "module:Class" string, got {estimator!r}')
+    candidates = entry.get("candidates")
+    if candidates is not None:
+        if (not isinstance(candidates, list) or not candidates
+                or not all(isinstance(c, list) and c and all(isinstance(f, str) for f in c) for c in candidates)):
+            raise ConfigError(f"{where}: candidates must be a non-empty list of non-empty lists of family names")
+        outside = sorted({f for c in candidates for f in c} - set(families))
+        if outside:
+            raise ConfigError(f"{where}: candidates name families {outside} that are not in its families; add them")
+        candidates = tuple(tuple(c) for c in candidates)
     return DetectorSpec(name=name, families=tuple(families), modality=modalities.pop(),
                         description=str(entry.get("description", "")), shipped=entry.get("params"),
-                        fallback=dict(fallback), estimator=estimator)
+                        fallback=dict(fallback), estimator=estimator, candidates=candidates)
 
 
 def declare_shipped(modality_of: dict[str, str]) -> None:

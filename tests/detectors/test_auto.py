@@ -1,0 +1,74 @@
+"""The `auto` detector chooses its feature families by cross-validated CE from a declared list (configure mode)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from trojanscope.detectors import DETECTORS
+from trojanscope.detectors.declared import parse_specs
+from trojanscope.errors import ConfigError
+
+
+def _rows(n=60, seed=0):
+    """Synthetic rows: only the spectrum family carries the label."""
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % 2
+    fams = DETECTORS.get("auto").families
+    rows = []
+    for label in y:
+        row = {f"{fam}.x{k}": float(rng.standard_normal()) for fam in fams for k in range(3)}
+        row["spectrum.x0"] += 3.0 * label
+        rows.append(row)
+    return rows, y
+
+
+def test_auto_chooses_the_family_that_carries_the_label_and_records_every_candidate(tmp_path):
+    rows, y = _rows()
+    det = DETECTORS.get("auto")().fit_features(rows, y)
+    tried = det.trained_on_["candidates_cv_cross_entropy"]
+    assert len(tried) == len(det.candidates)
+    assert "+".join(det.selected_) == min(tried, key=tried.get)
+    assert "spectrum" in det.selected_
+    assert all(n.split(".")[0] in det.selected_ for n in det.classifier_.feature_names)
+    det.save(tmp_path / "auto.json")
+    back = DETECTORS.get("auto").load(tmp_path / "auto.json")
+    assert back.used_families == det.selected_
+    np.testing.assert_array_equal(back.score_features(rows), det.score_features(rows))
+    # what the choice leaves out is not read
+    only = [{k: v for k, v in r.items() if k.split(".")[0] in det.selected_} for r in rows]
+    np.testing.assert_array_equal(back.score_features(only), det.score_features(rows))
+
+
+def test_a_parameter_file_selecting_a_family_the_detector_lacks_is_refused(tmp_path):
+    rows, y = _rows()
+    det = DETECTORS.get("auto")().fit_features(rows, y)
+    det.save(tmp_path / "auto.json")
+    d = json.loads((tmp_path / "auto.json").read_text())
+    d["selected"] = ["blob-scan"]
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    with pytest.raises(ConfigError, match="selected must be"):
+        DETECTORS.get("auto").load(tmp_path / "bad.json")
+
+
+def test_candidates_outside_the_families_are_refused():
+    text = '[detectors.x]\nfamilies = ["scan"]\ncandidates = [["scan"], ["weights"]]\n'
+    with pytest.raises(ConfigError, match="not in its families"):
+        parse_specs(text, "d.toml", {"scan": "text", "weights": "text"})
+
+
+def test_a_zoo_generator_is_its_preset_name_or_its_folder(tmp_path):
+    from trojanscope.detectors.runner import zoo_generator
+
+    zoo = tmp_path / "zoo"
+    (zoo / "models").mkdir(parents=True)
+    (zoo / "preset.toml").write_text('name = "round5-cpu"\nversion = 6\n')
+    assert zoo_generator(zoo) == "round5-cpu"
+    assert zoo_generator(zoo / "models") == "round5-cpu"
+    bare = tmp_path / "folder-of-models"
+    bare.mkdir()
+    assert zoo_generator(bare) == str(bare.resolve())
+    (bare / "preset.toml").write_text("not = [toml")
+    assert zoo_generator(bare) == str(bare.resolve())
