@@ -18,6 +18,12 @@ and "round5-cpu" can be one group or two) and its role (train or test). Then, fo
 Each test line also counts the models whose features lie further from the union fit's training centre than
 any training model's (the detector's "features outside fit" warning, docs/detectors.md).
 
+``--rows FILE`` reads a zoo's feature rows kept in the repository (``benchmarks/rows.py``; its group and role are
+the file's) in place of ``--zoo``: no zoo, no feature computation. Fits get each model's group: with 3 or more
+groups on the train side, the meta-classifier calibrates leaving one group out and abstains outside its reach
+(``detectors/meta.py``; ``--calibration stratified``: the stratified folds of a single-generator fit, as the
+shipped file before it).
+
 Features come from ``benchmarks/detection.py``'s per-zoo cache (OUT/features-<parent>-<zoo folder>.json, keyed by each
 model's model.pt hash and each family's code), so a rerun after adding a zoo computes only the new models.
 Nothing is chosen on test zoos: C, calibration and eps come from cross-validation on the train side. The union
@@ -32,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from detection import features_for  # noqa: E402  (the sibling benchmark's cached feature table)
+from rows import load_rows  # noqa: E402
 
 FAMILIES = ("weights", "weight-ratios", "spectrum", "inversion", "probes", "scan")
 BEHAVIOUR = ("spectrum", "inversion", "probes", "scan")
@@ -96,7 +103,12 @@ def main(argv: list[str] | None = None) -> None:
     from trojanscope.scoring.metrics import score_all
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--zoo", type=_zoo_arg, action="append", required=True, help="GROUP:ROLE:PATH (repeat)")
+    ap.add_argument("--zoo", type=_zoo_arg, action="append", default=[], help="GROUP:ROLE:PATH (repeat)")
+    ap.add_argument("--rows", type=Path, action="append", default=[],
+                    help="a feature-rows file of benchmarks/rows.py (repeat); its group and role are the file's")
+    ap.add_argument("--calibration", choices=("groups", "stratified"), default="groups",
+                    help="groups: fits calibrate leaving one group out where the train side has 3 or more groups "
+                         "(what `detect fit` does with zoos of 3 or more presets); stratified: as before it")
     ap.add_argument("--out", type=Path, default=Path("/tmp/transfer-bench"))
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--variants", default="default," + ",".join(VARIANTS),
@@ -110,14 +122,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--features-only", action="store_true",
                     help="compute and cache every zoo's features, print no scores (e.g. while more zoos build)")
     args = ap.parse_args(argv)
+    if not args.zoo and not args.rows:
+        ap.error("give at least one --zoo GROUP:ROLE:PATH or --rows FILE")
     args.out.mkdir(parents=True, exist_ok=True)
     registered = DETECTORS.get("default").families
-    variants = {"default": tuple(registered), **VARIANTS}
+    declared = ("default", "auto")  # registered detectors scored as themselves (their union fit is what ships)
+    variants = {**{n: tuple(DETECTORS.get(n).families) for n in declared}, **VARIANTS}
     chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in chosen if v not in variants]
     if unknown:
         ap.error(f"unknown variant(s) {unknown}; known: {', '.join(variants)}")
-    families = tuple(dict.fromkeys((*FAMILIES, *registered)))
+    families = tuple(dict.fromkeys((*FAMILIES, *registered, *DETECTORS.get("auto").families)))
 
     data = []  # (group, role, path, feature rows, labels, model folders) of each zoo's released models
     for group, role, path in args.zoo:
@@ -129,17 +144,25 @@ def main(argv: list[str] | None = None) -> None:
                      [released[names[i]] for i in keep]))
         print(f"{group:<16} {role:<5} {path}: {len(keep)} models ({sum(labels[i] for i in keep)} trojaned), "
               f"{len(names) - len(keep)} unconverged left out")
+    for file in args.rows:
+        group, role, rows, labels, _ = load_rows(file, families)
+        data.append((group, role, file, rows, labels, None))
+        print(f"{group:<16} {role:<5} {file}: {len(rows)} released models ({sum(labels)} trojaned), from rows")
     groups = list(dict.fromkeys(g for g, *_ in data))
     if args.features_only:
         return
 
     def stack(pred):
-        rows, ys = [], []
+        rows, ys, gs = [], [], []
         for g, role, _, r, y, _ in data:
             if pred(g, role):
                 rows += r
                 ys += y
-        return rows, ys
+                gs += [g] * len(y)
+        return rows, ys, gs
+
+    def fit(make, rows, ys, gs):
+        return make().fit_features(rows, ys, groups=gs if args.calibration == "groups" else None)
 
     def line(tag, det, rows, ys):
         s = score_all(np.asarray(ys), det.score_features(rows))
@@ -149,32 +172,35 @@ def main(argv: list[str] | None = None) -> None:
     for name in chosen:
         fams = variants[name]
         # the registered declaration for "default", so its union fit is the file that ships
-        make = DETECTORS.get("default") if name == "default" else (lambda name=name, fams=fams: _detector(name, fams))
+        make = DETECTORS.get(name) if name in declared else (lambda name=name, fams=fams: _detector(name, fams))
         print(f"\n== {name}: {', '.join(fams)}")
         scored = "test zoos" if args.held_out == "test" else "zoos, train and test"
         print(f" leave one group out (fit on the other groups' train zoos, score the held-out group's {scored}):")
         for held in groups:
-            tr_rows, tr_y = stack(lambda g, role, held=held: g != held and role == "train")
-            te_rows, te_y = stack(lambda g, role, held=held: g == held and (role == "test" or args.held_out == "all"))
+            tr_rows, tr_y, tr_g = stack(lambda g, role, held=held: g != held and role == "train")
+            te_rows, te_y, _ = stack(lambda g, role, held=held: g == held
+                                     and (role == "test" or args.held_out == "all"))
             if not te_rows or len(set(tr_y)) < 2:
                 print(f"  {held:<28} (no test zoo, or no two-class train side without it)")
                 continue
-            det = make().fit_features(tr_rows, tr_y)
+            det = fit(make, tr_rows, tr_y, tr_g)
             print(line(f"{held} (fit on {len(tr_y)})", det, te_rows, te_y))
             if args.shift:
                 for feat, z, effect in feature_shift(tr_rows, tr_y, te_rows, te_y):
                     print(f"      shifted: {feat:<44} clean z {z:+7.2f}  label effect {effect:+6.2f}")
-        tr_rows, tr_y = stack(lambda g, role: role == "train")
-        det = make().fit_features(tr_rows, tr_y)
+        tr_rows, tr_y, tr_g = stack(lambda g, role: role == "train")
+        det = fit(make, tr_rows, tr_y, tr_g)
         clf = det.classifier_
+        chosen_families = f", reads {'+'.join(det.used_families)}" if getattr(det, "candidates", None) else ""
         print(f" union fit on {len(tr_y)} train models (cv CE {clf.cv_cross_entropy:.3f}, cv ROC-AUC "
-              f"{clf.cv_roc_auc:.3f}, C {clf.C:g}), scored on each group's test zoos:")
+              f"{clf.cv_roc_auc:.3f}, C {clf.C:g}, calibration {clf.calibration}, abstain {clf.abstain:g}"
+              f"{chosen_families}), scored on each group's test zoos:")
         for g in groups:
-            te_rows, te_y = stack(lambda gg, role, g=g: gg == g and role == "test")
+            te_rows, te_y, _ = stack(lambda gg, role, g=g: gg == g and role == "test")
             if te_rows:
                 outside = sum(clf.outside(clf.vector(r)[None, :]) is not None for r in te_rows)
                 print(line(g, det, te_rows, te_y) + f"  features outside fit {outside}/{len(te_rows)}")
-        if name == "default":
+        if name == "default" and all(dirs is not None for _, role, *_, dirs in data if role == "train"):
             train = [(p, dirs) for _, role, p, _, _, dirs in data if role == "train"]
             # what `detect fit` records too: the fit domain (classes, architectures, head shapes) of its models
             det.trained_on_["domain"] = domain.summarize(

@@ -1,0 +1,63 @@
+"""benchmarks/rows.py: feature rows kept with the code digest that made them; stale families are dropped."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import rows  # noqa: E402
+
+
+@pytest.fixture
+def fake_zoo(tmp_path, monkeypatch):
+    zoo = tmp_path / "r5-train"
+    for i in range(3):
+        (zoo / "models" / f"id-{i:08d}").mkdir(parents=True)
+        (zoo / "models" / f"id-{i:08d}" / "model.pt").write_bytes(b"")
+    (zoo / "preset.toml").write_text('name = "round5-cpu"\nversion = 6\n')
+    (zoo / "METADATA.csv").write_text("model_name,converged,poisoned,split,model_architecture\n"
+                                      "id-00000000,True,False,train,GruLinear\n"
+                                      "id-00000001,True,True,train,LstmLinear\n"
+                                      "id-00000002,False,True,train,GruLinear\n")
+
+    def features_for(zoo_path, cache, workers, families):
+        names = [f"id-{i:08d}" for i in range(3)]
+        feats = [{"weights.a": 1.0 + i, "weights.b": float(i), "scan.max": 0.5 * i} for i in range(3)]
+        return names, feats, [0, 1, 1], [2.0, 3.0, 4.0]
+
+    monkeypatch.setattr(rows, "features_for", features_for)
+    return zoo
+
+
+def test_rows_round_trip_keeps_released_models_labels_and_metadata(fake_zoo, tmp_path):
+    doc = rows.export("round5-cpu", "train", fake_zoo, tmp_path / "cache.json", 1, families=("weights", "scan"))
+    assert doc["preset"] == "round5-cpu" and doc["preset_version"] == 6
+    assert "--split train --count 3" in doc["command"]
+    assert doc["models"][1]["metadata"]["model_architecture"] == "LstmLinear"
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(doc))
+    group, role, got, labels, names = rows.load_rows(path, quiet=True)
+    assert (group, role, labels, names) == ("round5-cpu", "train", [0, 1], ["id-00000000", "id-00000001"])
+    assert got[1] == {"weights.a": 2.0, "weights.b": 1.0, "scan.max": 0.5}
+
+
+def test_a_family_whose_code_changed_is_left_out_and_named(fake_zoo, tmp_path, capsys):
+    doc = rows.export("round5-cpu", "train", fake_zoo, tmp_path / "cache.json", 1, families=("weights", "scan"))
+    doc["families"]["scan"]["digest"] = "0" * 16  # written by other code
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(doc))
+    _, _, got, _, _ = rows.load_rows(path)
+    assert all(not any(k.startswith("scan.") for k in r) for r in got) and got[0]["weights.a"] == 1.0
+    assert "families scan were computed by other code" in capsys.readouterr().out
+
+
+def test_a_file_that_is_not_rows_is_refused_in_one_line(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text('{"format": "other"}')
+    with pytest.raises(SystemExit, match="not a trojanscope-feature-rows/1 file"):
+        rows.load_rows(bad)
