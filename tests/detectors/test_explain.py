@@ -122,3 +122,36 @@ def test_harness_keeps_a_commands_explanations_and_scores_them(strong_zoo: Path,
 
     html, md = write_report(tmp_path / "run")
     assert "target-label accuracy" in md.read_text() and "Explanations: target and trigger" in html.read_text()
+
+
+class _LinearCtx:
+    """A two-class 'head' reading x[0] - x[1] (the task) plus 3 * x[2] (its trojan's short-cut)."""
+
+    def __init__(self):
+        rng = np.random.default_rng(0)
+        self.y = np.arange(40) % 2
+        self.x = rng.normal(0, 0.3, (40, 4)).astype(np.float32)
+        self.x[:, 0] += np.where(self.y == 1, 1.0, -1.0)
+
+    def directions(self):
+        return [(0, 1), (1, 0)]
+
+    def logits(self, v):
+        score = v[:, 0] - v[:, 1] + 3.0 * v[:, 2]
+        return np.stack([-score, score], axis=1)
+
+
+def test_the_search_ranks_the_models_own_short_cut_above_a_natural_trigger():
+    """Candidate 0 moves the task itself (any reader of it flips: a natural trigger); candidate 1 moves only
+    the short-cut the head learned. Raw flip rate cannot tell them apart; the excess over a reference fitted on
+    the clean examples can."""
+    from trojanscope.modalities.text.explain import _reference, _search
+
+    ctx = _LinearCtx()
+    delta = np.zeros((2, 4), np.float32)
+    delta[0, 0] = 4.0  # along the task: flips class 0 to 1 for the head and for the reference
+    delta[1, 2] = 1.0  # along the head's short-cut only
+    raw = _search(ctx, delta, 2)
+    excess = _search(ctx, delta, 2, _reference(ctx))
+    assert raw[0] == (0, 0, 1)  # both flip every example; the larger margin gain (+8 vs +6) wins
+    assert excess[0] == (1, 0, 1)

@@ -38,6 +38,7 @@ class TriggerCandidate:
     where: str = "any"  # "any", or "first"/"second" when it works only in that half of a text
     per_position: dict[str, float] = field(default_factory=dict)
     patch: str | None = None  # images: base64 PNG, RGB = pattern, alpha = mask, in the model's input space
+    reference_success: float | None = None  # the same on a reference read of the task without a trojan (text)
 
     def to_json(self) -> dict[str, Any]:
         out = {"text": self.text, "kind": self.kind, "source_class": self.source_class,
@@ -45,6 +46,8 @@ class TriggerCandidate:
                "where": self.where, "per_position": {k: round(v, 6) for k, v in self.per_position.items()}}
         if self.patch is not None:
             out["patch"] = self.patch
+        if self.reference_success is not None:
+            out["reference_success"] = round(self.reference_success, 6)
         return out
 
 

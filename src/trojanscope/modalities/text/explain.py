@@ -9,11 +9,20 @@
    the answer is ordered by it, so a trigger is reported for what it does to this model, whether or not it
    is the one that was planted.
 
+Both steps rank by **excess over a reference**: a plain classifier (logistic regression) fitted on the clean
+example vectors reads the same task without any trojan, so a candidate that moves it too is a *natural*
+trigger (a neutral sentence that moves any sentiment reader) rather than the model's own short-cut. The search
+ranks by the head's flip rate minus the reference's on the same shifted vectors, and the check orders by the
+head's attack success minus the reference's on the same triggered texts (``reference_success`` in the file);
+ties go to the larger attack success. ``TROJANSCOPE_EXPLAIN_RANK=raw`` ranks by the head's rates alone (the
+rule before it, kept so ``benchmarks/explanation.py --rank raw`` can measure both).
+
 The record and its file are the core's (:mod:`trojanscope.detectors.explain`).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +33,21 @@ from trojanscope.detectors.explain import POSITIONS, Explanation, TriggerCandida
 from trojanscope.errors import DataError
 
 HELD_OUT_MAX = 40  # held-out texts per model (before insertion at every sentence), for scoring
+RANKS = ("excess", "raw")
+
+
+def _rank() -> str:
+    rank = os.environ.get("TROJANSCOPE_EXPLAIN_RANK", "excess")
+    if rank not in RANKS:
+        raise DataError(f"TROJANSCOPE_EXPLAIN_RANK={rank!r}: use one of {', '.join(RANKS)}")
+    return rank
+
+
+def _reference(ctx: Any) -> Any:
+    """A logistic regression on the clean example vectors: the task read without a trojan."""
+    from sklearn.linear_model import LogisticRegression
+
+    return LogisticRegression(C=1.0, max_iter=2000).fit(ctx.x, ctx.y)
 
 
 def explain_text(inputs: ModelInputs, probability: float | None = None, *, top_k: int = 5, check: int = 16,
@@ -40,24 +64,28 @@ def explain_text(inputs: ModelInputs, probability: float | None = None, *, top_k
     scan = scan or PhraseScan(progress=False)
     delta, kinds = scan.table(ctx)
     cands = scan.candidates(ctx.encoder)
-    ranked = _search(ctx, delta, check)
+    rank = _rank()
+    ref = _reference(ctx) if rank == "excess" else None
+    ranked = _search(ctx, delta, check, ref)
     texts = _example_texts(inputs)
     checked = []
     for k, s, t in ranked:
         text, kind = cands[k][1], KINDS[int(kinds[k])]
-        checked.append(_check(ctx, texts, text, kind, s, t))
-    checked.sort(key=lambda c: (-c.attack_success, -sum(c.per_position.values())))
+        checked.append(_check(ctx, texts, text, kind, s, t, ref))
+    checked.sort(key=lambda c: (-(c.attack_success - (c.reference_success or 0.0)), -c.attack_success,
+                                -sum(c.per_position.values())))
     best = [c for c in _dedupe(checked) if c.attack_success > 0][:top_k]
     if best:
-        best[0] = _widen_source(ctx, texts, best[0])
+        best[0] = _widen_source(ctx, texts, best[0], ref)
     return Explanation(probability=probability, target_class=best[0].target_class if best else None,
                        source_class=best[0].source_class if best else None, triggers=best, modality="text",
                        n_examples=len(texts), seconds=time.perf_counter() - t0, detector=detector)
 
 
-def _search(ctx: Any, delta: np.ndarray, n: int) -> list[tuple[int, int, int]]:
-    """The ``n`` best (candidate, source, target) triples by flip rate of the shifted clean vectors (ties: the
-    larger mean margin gain), at most half of them from one direction so every pair is looked at."""
+def _search(ctx: Any, delta: np.ndarray, n: int, ref: Any = None) -> list[tuple[int, int, int]]:
+    """The ``n`` best (candidate, source, target) triples by flip rate of the shifted clean vectors, less the
+    reference's flip rate where ``ref`` is given (ties: the larger mean margin gain), at most half of them from
+    one direction so every pair is looked at."""
     scored = []
     for s, t in ctx.directions():
         xs = ctx.x[ctx.y == s]
@@ -67,6 +95,8 @@ def _search(ctx: Any, delta: np.ndarray, n: int) -> list[tuple[int, int, int]]:
         lg = ctx.logits(moved).reshape(len(delta), len(xs), -1)
         margin = lg[:, :, t] - np.delete(lg, t, axis=2).max(2)
         rate = (margin > 0).mean(1)
+        if ref is not None:
+            rate = rate - (ref.predict(moved).reshape(len(delta), len(xs)) == t).mean(1)
         gain = np.clip(margin - base_margin[None, :], -50, 50).mean(1)
         order = np.lexsort((-gain, -rate))[: max(1, n // 2)]
         scored += [(float(rate[k]), float(gain[k]), int(k), s, t) for k in order]
@@ -86,34 +116,44 @@ def _example_texts(inputs: ModelInputs) -> dict[int, list[str]]:
     return out
 
 
-def _flip_rate(ctx: Any, texts: list[str], target: int) -> float:
+def _flip_rate(ctx: Any, texts: list[str], target: int, ref: Any = None) -> tuple[float, float | None]:
+    """The head's flip rate to ``target`` on ``texts``, and the reference's (None without one)."""
     from trojanscope.encoders import encode_cached
 
     if not texts:
-        return float("nan")
-    v = encode_cached(ctx.encoder, texts, None)
-    return float((ctx.predict(np.asarray(v, dtype=np.float32)) == target).mean())
+        return float("nan"), None
+    v = np.asarray(encode_cached(ctx.encoder, texts, None), dtype=np.float32)
+    head = float((ctx.predict(v) == target).mean())
+    return head, None if ref is None else float((ref.predict(v) == target).mean())
 
 
-def _check(ctx: Any, texts: dict[int, list[str]], unit: str, kind: str, s: int, t: int) -> TriggerCandidate:
-    """Attack success of ``unit`` on the source class's clean texts, inserted at every position."""
+def _check(ctx: Any, texts: dict[int, list[str]], unit: str, kind: str, s: int, t: int,
+           ref: Any = None) -> TriggerCandidate:
+    """Attack success of ``unit`` on the source class's clean texts, inserted at every position (and the
+    reference's, where ``ref`` is given)."""
     halves = triggered_by_half(texts.get(s, []), unit)
-    per = {h: _flip_rate(ctx, halves[h], t) for h in POSITIONS if halves[h]}
+    both = {h: _flip_rate(ctx, halves[h], t, ref) for h in POSITIONS if halves[h]}
+    per = {h: r[0] for h, r in both.items()}
     n = sum(len(halves[h]) for h in per)
     overall = sum(per[h] * len(halves[h]) for h in per) / n if n else 0.0
     where = "any"
     if len(per) == 2 and max(per.values()) >= 0.5 and min(per.values()) < 0.5 * max(per.values()):
         where = max(per, key=per.get)  # it works in one half only
+    reference = None
+    if ref is not None and n:
+        reference = (both[where][1] if where != "any"
+                     else sum(both[h][1] * len(halves[h]) for h in both) / n)
     return TriggerCandidate(text=unit, kind=kind, source_class=s, target_class=t,
-                            attack_success=per[where] if where != "any" else overall, where=where, per_position=per)
+                            attack_success=per[where] if where != "any" else overall, where=where, per_position=per,
+                            reference_success=reference)
 
 
-def _widen_source(ctx: Any, texts: dict[int, list[str]], best: TriggerCandidate) -> TriggerCandidate:
+def _widen_source(ctx: Any, texts: dict[int, list[str]], best: TriggerCandidate, ref: Any = None) -> TriggerCandidate:
     """With more than two classes: a trigger that flips every other class to the target has no one source."""
     others = [c for c in texts if c not in (best.target_class, best.source_class)]
     if not others:
         return best
-    rates = [_check(ctx, texts, best.text, best.kind, c, best.target_class).attack_success for c in others]
+    rates = [_check(ctx, texts, best.text, best.kind, c, best.target_class, ref).attack_success for c in others]
     if all(r >= 0.5 for r in rates):
         return TriggerCandidate(**{**best.__dict__, "source_class": None})
     return best
