@@ -51,6 +51,11 @@ _FIT_HELP = (
     "--zoo may be repeated: the models of every zoo are fitted as one set (the exact recipe: "
     "docs/detectors.md, 'The shipped parameters'). Models a zoo's METADATA marks unconverged "
     "are left out.\n\n"
+    "Zoos of 3 or more generators (preset names) are calibrated leaving one generator out, and "
+    "the fit draws its answer towards 0.5 for models further out than its own (docs/detectors.md, "
+    "'Calibration across generators'); zoos of one or two generators use stratified folds. "
+    "--detector auto chooses its families by cross-validation: the detector to configure on a "
+    "round's own train split.\n\n"
     "Parameters are JSON: a pickle or joblib file would run code when loaded."
 )
 
@@ -179,9 +184,12 @@ def fit(
     out = out or Path("params") / f"{detector}.json"
     det, n = fit_on_zoo(zoo_dir, detector, out, workers=workers, limit=limit, executor=executor)
     clf = det.classifier_
-    typer.echo(f"fitted {detector} on {n} models: C={clf.C:g}, eps={clf.eps:g}, "
+    calibration = (f"left one of {clf.n_groups} generators out, abstains beyond reach {clf.reach_ref:.2f} at rate "
+                   f"{clf.abstain:g}" if clf.calibration == "groups" else "stratified folds (one or two generators)")
+    chosen = f", reads {' + '.join(det.used_families)}" if getattr(det, "candidates", None) else ""
+    typer.echo(f"fitted {detector} on {n} models{chosen}: C={clf.C:g}, eps={clf.eps:g}, "
                f"cross-validated CE {clf.cv_cross_entropy:.4f}, ROC-AUC {clf.cv_roc_auc:.4f}, "
-               f"novelty bound mean |z| {clf.novelty_max:.2f}; wrote {out}")
+               f"calibration: {calibration}; novelty bound mean |z| {clf.novelty_max:.2f}; wrote {out}")
 
 
 def detectors() -> None:
