@@ -72,3 +72,16 @@ def test_a_zoo_generator_is_its_preset_name_or_its_folder(tmp_path):
     assert zoo_generator(bare) == str(bare.resolve())
     (bare / "preset.toml").write_text("not = [toml")
     assert zoo_generator(bare) == str(bare.resolve())
+
+
+@pytest.mark.slow
+def test_auto_fits_on_real_models_and_scores_reading_only_its_choice(strong_zoo, light_params, tmp_path):
+    from trojanscope.detectors.runner import zoo_inputs
+
+    models, labels = zoo_inputs(strong_zoo)
+    det = DETECTORS.get("auto")(family_params=light_params).fit(models, labels)
+    det.save(tmp_path / "auto.json")
+    back = DETECTORS.get("auto").load(tmp_path / "auto.json")
+    d = back.score(models[0])
+    assert 0.0 < d.probability < 1.0
+    assert {k.split(".")[0] for k in d.features} == set(back.used_families)
