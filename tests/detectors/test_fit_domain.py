@@ -61,9 +61,10 @@ def test_a_text_model_read_through_another_summary_rule_is_outside_the_fit(weigh
     (model / "config.json").write_text(json.dumps(cfg))
     p = run_contract(model / "model.pt", tmp_path / "r.txt", examples_dirpath=model / "clean_example_data",
                      detector="weights", params=weights_params)
-    assert 0 <= p <= 1
+    assert p == 0.5  # another input space: the fit's features mean something else there, so it abstains
     err = capsys.readouterr().err
     assert "out of fit: input " in err and ", summary first not in the fit (" in err, err
+    assert "out of fit: answered 0.5" in err
     assert load_detector("default").trained_on_["domain"]["input"] == [domain["input"][0]]  # shipped: mean only
 
 
@@ -107,15 +108,16 @@ def test_detectors_listing_keeps_each_fit_domain_line_readable():
     assert "  GruLinear hidden 256/512 layers 2 bidirectional/unidirectional, 4 bidirectional" in out
 
 
-def test_contract_warns_in_one_line_per_difference_and_still_answers(weights_params, mixed_zoo, tmp_path, capsys):
+def test_contract_warns_in_one_line_per_difference_and_abstains_on_classes(weights_params, mixed_zoo, tmp_path, capsys):
     from trojanscope.detectors.runner import run_contract
 
     odd = mixed_zoo / "models" / "id-00000099"
     p = run_contract(odd / "model.pt", tmp_path / "r.txt", examples_dirpath=odd / "clean_example_data",
                      detector="weights", params=weights_params)
-    assert 0 <= p <= 1 and (tmp_path / "r.txt").is_file()
+    assert p == 0.5 and (tmp_path / "r.txt").is_file()  # a class count the fit never saw: abstains
     err = capsys.readouterr().err.strip().splitlines()
     assert any("out of fit: classes 3 not in the fit (2)" in line for line in err), err
+    assert any("out of fit: answered 0.5" in line for line in err), err
     assert any("head shape GruLinear hidden 64 layers 1 unidirectional" in line for line in err), err
     assert all(line.startswith("warning: ") for line in err)
     inside = list_model_dirs(mixed_zoo)[0]

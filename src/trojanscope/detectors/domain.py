@@ -44,22 +44,45 @@ def summarize(domains: Iterable[dict[str, Any]]) -> dict[str, list]:
     return {key: sorted(values) for key, values in out.items()}
 
 
+# Differences that change what the features mean, not only their scale: per-direction statistics over another
+# number of classes, summary vectors of another encoder or pooling rule, another modality. A model outside the fit
+# on one of these is answered 0.5 (abstention by design); other differences (a head shape the fit never saw) warn.
+ABSTAIN_ON = ("modality", "n_classes", "input")
+_WORDS = {"modality": "modality", "n_classes": "classes", "architecture": "architecture", "shape": "head shape",
+          "input": "input"}
+
+
+def differences(fitted: dict[str, Any] | None, here: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """``(key, line)`` per way the model with domain ``here`` differs from the fit domain ``fitted`` ([] when
+    inside it, or when either is unknown)."""
+    if not fitted or not here:
+        return []
+    out = []
+    for key, word in _WORDS.items():
+        seen = fitted.get(key)  # a key the file lacks (fitted before it was recorded) never warns
+        if seen and here.get(key) is not None and here[key] not in seen:
+            out.append((key, f"{word} {here[key]} not in the fit ({', '.join(map(str, seen))})"))
+    return out
+
+
+def abstains(fitted: dict[str, Any] | None, here: dict[str, Any] | None) -> bool:
+    """Whether a model with domain ``here`` differs from the fit on a key of :data:`ABSTAIN_ON`."""
+    return any(key in ABSTAIN_ON for key, _ in differences(fitted, here))
+
+
+def safe_domain(inputs: ModelInputs) -> dict[str, Any] | None:
+    """:func:`model_domain`, or None where the model cannot be read (the detector then fails with its own message)."""
+    try:
+        return model_domain(inputs)
+    except Exception:  # noqa: BLE001 - an unreadable model fails in the detector itself, with its own message
+        return None
+
+
 def out_of_fit(fitted: dict[str, Any] | None, inputs: ModelInputs) -> list[str]:
     """One line per way ``inputs``' model differs from the fit domain ([] when inside it or when unknown)."""
     if not fitted:
         return []
-    try:
-        here = model_domain(inputs)
-    except Exception:  # noqa: BLE001 - an unreadable model fails in the detector itself, with its own message
-        return []
-    words = {"modality": "modality", "n_classes": "classes", "architecture": "architecture", "shape": "head shape",
-             "input": "input"}
-    notes = []
-    for key, word in words.items():
-        seen = fitted.get(key)  # a key the file lacks (fitted before it was recorded) never warns
-        if seen and here[key] is not None and here[key] not in seen:
-            notes.append(f"{word} {here[key]} not in the fit ({', '.join(map(str, seen))})")
-    return notes
+    return [line for _, line in differences(fitted, safe_domain(inputs))]
 
 
 def describe(fitted: dict[str, Any] | None, width: int = 88) -> list[str]:

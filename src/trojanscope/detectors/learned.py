@@ -203,10 +203,12 @@ class MetaDetector(Detector):
 
     def fit_features(self, rows: Sequence[dict[str, float]], labels: Sequence[int], *,
                      family_params: dict[str, dict] | None = None,
-                     groups: Sequence[str] | None = None) -> MetaDetector:
+                     groups: Sequence[str] | None = None,
+                     domains: Sequence[dict[str, Any] | None] | None = None) -> MetaDetector:
         """Fit from precomputed feature dicts (only this detector's families are used). ``family_params``: the
         families' parameters the rows were computed with where fitting learned some (default: the detector's);
-        ``groups``: each row's generator (see :meth:`fit`)."""
+        ``groups``: each row's generator (see :meth:`fit`); ``domains``: each row's model domain, recorded as the
+        fit domain (:meth:`fit` records it from the models)."""
         best: tuple[float, tuple[str, ...], MetaClassifier] | None = None
         tried = {}
         for subset in [tuple(c) for c in self.candidates] if self.candidates else [tuple(self.families)]:
@@ -226,6 +228,10 @@ class MetaDetector(Detector):
         self.trained_on_: dict[str, Any] = {"n_models": len(rows), "n_trojaned": int(np.sum(labels))}
         if self.candidates:
             self.trained_on_["candidates_cv_cross_entropy"] = tried
+        if domains is not None:
+            from trojanscope.detectors import domain
+
+            self.trained_on_["domain"] = domain.summarize(d for d in domains if d)
         if groups is not None:
             self.trained_on_["groups"] = {g: int(n) for g, n in zip(*np.unique(np.asarray(groups, str),
                                                                                return_counts=True), strict=True)}
@@ -261,7 +267,11 @@ class MetaDetector(Detector):
         feats = compute_features(inputs, _families(self.used_families, self.family_params_))
         vec = clf.vector(feats)[None, :]
         p = float(clf.predict_proba(vec)[0])
-        notes = domain.out_of_fit(getattr(self, "trained_on_", {}).get("domain"), inputs)
+        fitted, here = getattr(self, "trained_on_", {}).get("domain"), domain.safe_domain(inputs)
+        notes = [line for _, line in domain.differences(fitted, here)]
+        if domain.abstains(fitted, here):  # the features mean something else here: no evidence either way
+            p = 0.5
+            notes.append("answered 0.5: outside the fit's classes, input or modality the features mean something else")
         far = clf.outside(vec)
         if far is not None:
             notes.append(far)
@@ -272,10 +282,18 @@ class MetaDetector(Detector):
         """The families a fitted detector reads: its chosen candidate, or all of them."""
         return tuple(getattr(self, "selected_", None) or self.families)
 
-    def score_features(self, rows: Sequence[dict[str, float]]) -> np.ndarray:
-        """P(trojaned) for precomputed feature dicts."""
+    def score_features(self, rows: Sequence[dict[str, float]],
+                       domains: Sequence[dict[str, Any] | None] | None = None) -> np.ndarray:
+        """P(trojaned) for precomputed feature dicts; with each model's ``domains`` (:func:`domain.model_domain`),
+        0.5 for a model outside the fit's classes, input or modality, as :meth:`score` answers."""
         clf = self._check_fitted()
-        return clf.predict_proba(np.stack([clf.vector(r) for r in rows]))
+        p = clf.predict_proba(np.stack([clf.vector(r) for r in rows]))
+        if domains is not None:
+            from trojanscope.detectors import domain
+
+            fitted = getattr(self, "trained_on_", {}).get("domain")
+            p = np.where([domain.abstains(fitted, d) for d in domains], 0.5, p)
+        return p
 
     def save(self, path: Path | str, **provenance: Any) -> None:
         """Write the parameters as JSON (never a pickle); ``provenance`` is stored alongside."""
@@ -323,7 +341,8 @@ class MetaDetector(Detector):
         selected = d.get("selected", families)
         if (not isinstance(selected, list) or not selected or not all(isinstance(f, str) for f in selected)
                 or set(selected) - set(families)):
-            raise ConfigError(f"{where}: selected must be a non-empty list of the detector's families, got {selected!r}")
+            raise ConfigError(f"{where}: selected must be a non-empty list of the detector's families, "
+                              f"got {selected!r}")
         det.selected_ = tuple(selected)
         det.family_params_ = fparams
         det.trained_on_ = dict(d.get("trained_on") or {})

@@ -199,10 +199,15 @@ class MetaClassifier:
 
     @staticmethod
     def _stats(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Median and std per feature over finite values (std floored at 1 where degenerate)."""
+        """Median and std per feature over finite values (median 0 and std 1 where a feature has none: a fold
+        without the generators that have it, e.g. one head type's weights)."""
+        import warnings
+
         finite = np.where(np.isfinite(part), part, np.nan)
-        mean = np.nan_to_num(np.nanmedian(finite, axis=0))
-        scale = np.nanstd(finite, axis=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns are handled just below
+            mean = np.nan_to_num(np.nanmedian(finite, axis=0))
+            scale = np.nanstd(finite, axis=0)
         return mean, np.where(np.isfinite(scale) & (scale > 1e-9), scale, 1.0)
 
     @classmethod
