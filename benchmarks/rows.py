@@ -6,12 +6,13 @@
 Each ``--zoo GROUP:ROLE:PATH`` (as ``benchmarks/transfer.py`` takes it) becomes one small JSON file,
 OUT/GROUP-ROLE-<zoo folder>.json: every text feature family's features for every model of the zoo (computed
 through ``benchmarks/detection.py``'s per-zoo cache under ``--cache``), the model's label, whether the zoo
-released it (converged), its METADATA row (the factors a breakdown needs), the zoo's preset name and version,
-and each family's **code digest**: a row is only as true as the code that made it, so :func:`load_rows` keeps a
+released it (converged), its METADATA row (the factors a breakdown needs), its domain (classes, architecture,
+head shape, input: what `detect fit` records as the fit domain), the zoo's preset name and version, and each
+family's **code digest**: a row is only as true as the code that made it, so :func:`load_rows` keeps a
 family's features only while that family's code is unchanged and says which families it dropped (recompute
 them from the zoo: the command is in the file).
 
-``benchmarks/transfer.py --rows FILE`` and ``benchmarks/detection.py``'s fits read these files in place of zoos.
+``benchmarks/transfer.py --rows FILE`` reads these files in place of zoos.
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ def _plain(value):
 def export(group: str, role: str, zoo: Path, cache: Path, workers: int,
            families: tuple[str, ...] = FAMILIES) -> dict:
     """The rows document of one zoo (features computed or read from ``cache``)."""
+    from trojanscope.detectors.domain import safe_domain
+    from trojanscope.detectors.learned import inputs_for_model_dir
     from trojanscope.detectors.runner import released_model_dirs
-    from trojanscope.models.layout import read_metadata
+    from trojanscope.models.layout import models_root, read_metadata
 
     names, rows, labels, secs = features_for(zoo, cache, workers, families)
     released = {d.name for d in released_model_dirs(zoo)}
@@ -72,6 +75,7 @@ def export(group: str, role: str, zoo: Path, cache: Path, workers: int,
         models.append({
             "model": name, "label": label, "released": name in released, "seconds": round(float(sec), 3),
             "metadata": meta.get(name, {}),
+            "domain": safe_domain(inputs_for_model_dir(models_root(zoo) / name)),
             "features": {fam: [row.get(k) for k in feature_names[fam]] for fam in families},
         })
     return {
@@ -91,8 +95,8 @@ def _split(meta: dict) -> str:
 
 
 def load_rows(path: Path | str, families: tuple[str, ...] | None = None, quiet: bool = False):
-    """(group, role, rows, labels, model names) of the released models of a rows file; a family whose code
-    changed since the file was written is left out of every row (printed unless ``quiet``)."""
+    """(group, role, rows, labels, model names, model domains) of the released models of a rows file; a family
+    whose code changed since the file was written is left out of every row (printed unless ``quiet``)."""
     path = Path(path)
     try:
         doc = json.loads(path.read_text())
@@ -111,7 +115,7 @@ def load_rows(path: Path | str, families: tuple[str, ...] | None = None, quiet: 
     if stale and not quiet:
         print(f"{path}: families {', '.join(stale)} were computed by other code (or not at all) and are left out; "
               f"recompute them from the zoo: {doc.get('command')}")
-    rows, labels, names = [], [], []
+    rows, labels, names, domains = [], [], [], []
     for m in doc["models"]:
         if not m["released"] or m["label"] is None:
             continue
@@ -122,7 +126,8 @@ def load_rows(path: Path | str, families: tuple[str, ...] | None = None, quiet: 
         rows.append(row)
         labels.append(int(m["label"]))
         names.append(m["model"])
-    return doc["group"], doc["role"], rows, labels, names
+        domains.append(m.get("domain"))
+    return doc["group"], doc["role"], rows, labels, names, domains
 
 
 def main(argv: list[str] | None = None) -> None:

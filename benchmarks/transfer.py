@@ -134,38 +134,42 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"unknown variant(s) {unknown}; known: {', '.join(variants)}")
     families = tuple(dict.fromkeys((*FAMILIES, *registered, *DETECTORS.get("auto").families)))
 
-    data = []  # (group, role, path, feature rows, labels, model folders) of each zoo's released models
+    from trojanscope.detectors.domain import safe_domain
+
+    data = []  # (group, role, path, feature rows, labels, model folders, domains) of each zoo's released models
     for group, role, path in args.zoo:
         cache = args.out / f"features-{path.parent.name}-{path.name}.json"  # OUT/zoo and OTHER/zoo stay apart
         names, rows, labels, _ = features_for(path, cache, args.workers, families)
         released = {d.name: d for d in released_model_dirs(path)}  # what `detect fit` fits on, too
         keep = [i for i, n in enumerate(names) if n in released]
-        data.append((group, role, path, [rows[i] for i in keep], [int(labels[i]) for i in keep],
-                     [released[names[i]] for i in keep]))
+        dirs = [released[names[i]] for i in keep]
+        data.append((group, role, path, [rows[i] for i in keep], [int(labels[i]) for i in keep], dirs,
+                     [safe_domain(inputs_for_model_dir(d)) for d in dirs]))
         print(f"{group:<16} {role:<5} {path}: {len(keep)} models ({sum(labels[i] for i in keep)} trojaned), "
               f"{len(names) - len(keep)} unconverged left out")
     for file in args.rows:
-        group, role, rows, labels, _ = load_rows(file, families)
-        data.append((group, role, file, rows, labels, None))
+        group, role, rows, labels, _, domains = load_rows(file, families)
+        data.append((group, role, file, rows, labels, None, domains))
         print(f"{group:<16} {role:<5} {file}: {len(rows)} released models ({sum(labels)} trojaned), from rows")
     groups = list(dict.fromkeys(g for g, *_ in data))
     if args.features_only:
         return
 
     def stack(pred):
-        rows, ys, gs = [], [], []
-        for g, role, _, r, y, _ in data:
+        rows, ys, gs, ds = [], [], [], []
+        for g, role, _, r, y, _, d in data:
             if pred(g, role):
                 rows += r
                 ys += y
                 gs += [g] * len(y)
-        return rows, ys, gs
+                ds += d
+        return rows, ys, gs, ds
 
-    def fit(make, rows, ys, gs):
-        return make().fit_features(rows, ys, groups=gs if args.calibration == "groups" else None)
+    def fit(make, rows, ys, gs, ds):
+        return make().fit_features(rows, ys, groups=gs if args.calibration == "groups" else None, domains=ds)
 
-    def line(tag, det, rows, ys):
-        s = score_all(np.asarray(ys), det.score_features(rows))
+    def line(tag, det, rows, ys, ds):
+        s = score_all(np.asarray(ys), det.score_features(rows, domains=ds))
         return (f"  {tag:<28} n={len(ys):>3}  CE {s['cross_entropy']:.3f} ± {s['cross_entropy_ci95']:.3f}  "
                 f"ROC-AUC {s['roc_auc']:.3f}  Brier {s['brier']:.3f}")
 
@@ -177,31 +181,31 @@ def main(argv: list[str] | None = None) -> None:
         scored = "test zoos" if args.held_out == "test" else "zoos, train and test"
         print(f" leave one group out (fit on the other groups' train zoos, score the held-out group's {scored}):")
         for held in groups:
-            tr_rows, tr_y, tr_g = stack(lambda g, role, held=held: g != held and role == "train")
-            te_rows, te_y, _ = stack(lambda g, role, held=held: g == held
+            tr_rows, tr_y, tr_g, tr_d = stack(lambda g, role, held=held: g != held and role == "train")
+            te_rows, te_y, _, te_d = stack(lambda g, role, held=held: g == held
                                      and (role == "test" or args.held_out == "all"))
             if not te_rows or len(set(tr_y)) < 2:
                 print(f"  {held:<28} (no test zoo, or no two-class train side without it)")
                 continue
-            det = fit(make, tr_rows, tr_y, tr_g)
-            print(line(f"{held} (fit on {len(tr_y)})", det, te_rows, te_y))
+            det = fit(make, tr_rows, tr_y, tr_g, tr_d)
+            print(line(f"{held} (fit on {len(tr_y)})", det, te_rows, te_y, te_d))
             if args.shift:
                 for feat, z, effect in feature_shift(tr_rows, tr_y, te_rows, te_y):
                     print(f"      shifted: {feat:<44} clean z {z:+7.2f}  label effect {effect:+6.2f}")
-        tr_rows, tr_y, tr_g = stack(lambda g, role: role == "train")
-        det = fit(make, tr_rows, tr_y, tr_g)
+        tr_rows, tr_y, tr_g, tr_d = stack(lambda g, role: role == "train")
+        det = fit(make, tr_rows, tr_y, tr_g, tr_d)
         clf = det.classifier_
         chosen_families = f", reads {'+'.join(det.used_families)}" if getattr(det, "candidates", None) else ""
         print(f" union fit on {len(tr_y)} train models (cv CE {clf.cv_cross_entropy:.3f}, cv ROC-AUC "
               f"{clf.cv_roc_auc:.3f}, C {clf.C:g}, calibration {clf.calibration}, abstain {clf.abstain:g}"
               f"{chosen_families}), scored on each group's test zoos:")
         for g in groups:
-            te_rows, te_y, _ = stack(lambda gg, role, g=g: gg == g and role == "test")
+            te_rows, te_y, _, te_d = stack(lambda gg, role, g=g: gg == g and role == "test")
             if te_rows:
                 outside = sum(clf.outside(clf.vector(r)[None, :]) is not None for r in te_rows)
-                print(line(g, det, te_rows, te_y) + f"  features outside fit {outside}/{len(te_rows)}")
-        if name == "default" and all(dirs is not None for _, role, *_, dirs in data if role == "train"):
-            train = [(p, dirs) for _, role, p, _, _, dirs in data if role == "train"]
+                print(line(g, det, te_rows, te_y, te_d) + f"  features outside fit {outside}/{len(te_rows)}")
+        if name == "default" and all(dirs is not None for _, role, _, _, _, dirs, _ in data if role == "train"):
+            train = [(p, dirs) for _, role, p, _, _, dirs, _ in data if role == "train"]
             # what `detect fit` records too: the fit domain (classes, architectures, head shapes) of its models
             det.trained_on_["domain"] = domain.summarize(
                 domain.model_domain(inputs_for_model_dir(d)) for _, dirs in train for d in dirs)

@@ -41,7 +41,8 @@ def test_rows_round_trip_keeps_released_models_labels_and_metadata(fake_zoo, tmp
     assert doc["models"][1]["metadata"]["model_architecture"] == "LstmLinear"
     path = tmp_path / "rows.json"
     path.write_text(json.dumps(doc))
-    group, role, got, labels, names = rows.load_rows(path, quiet=True)
+    group, role, got, labels, names, domains = rows.load_rows(path, quiet=True)
+    assert domains == [None, None]  # the fake model files cannot be read: no domain, never an error
     assert (group, role, labels, names) == ("round5-cpu", "train", [0, 1], ["id-00000000", "id-00000001"])
     assert got[1] == {"weights.a": 2.0, "weights.b": 1.0, "scan.max": 0.5}
 
@@ -51,7 +52,7 @@ def test_a_family_whose_code_changed_is_left_out_and_named(fake_zoo, tmp_path, c
     doc["families"]["scan"]["digest"] = "0" * 16  # written by other code
     path = tmp_path / "rows.json"
     path.write_text(json.dumps(doc))
-    _, _, got, _, _ = rows.load_rows(path)
+    _, _, got, *_ = rows.load_rows(path)
     assert all(not any(k.startswith("scan.") for k in r) for r in got) and got[0]["weights.a"] == 1.0
     assert "families scan were computed by other code" in capsys.readouterr().out
 
@@ -61,3 +62,12 @@ def test_a_file_that_is_not_rows_is_refused_in_one_line(tmp_path):
     bad.write_text('{"format": "other"}')
     with pytest.raises(SystemExit, match="not a trojanscope-feature-rows/1 file"):
         rows.load_rows(bad)
+
+
+def test_the_rows_kept_in_the_repository_load():
+    files = sorted((Path(__file__).resolve().parents[2] / "benchmarks" / "rows").glob("*.json"))
+    assert files, "benchmarks/rows/ holds the feature rows behind docs/detector-numbers.md"
+    for f in files:
+        group, role, got, labels, names, domains = rows.load_rows(f, quiet=True)
+        assert got and len(got) == len(labels) == len(names) == len(domains) and role in ("train", "test"), f
+        assert all(d and d["modality"] == "text" for d in domains), f
