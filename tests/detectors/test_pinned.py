@@ -35,7 +35,7 @@ SCORE_ATOL = 1e-6
 
 # Scores of each learned detector, fitted on the stored rows (light family settings) and scoring the same rows.
 PINNED: dict[str, dict[str, list[float]]] = {
-    "text": {"default": [0.9, 0.1, 0.1, 0.9], "inversion": [0.9, 0.1, 0.1, 0.9],
+    "text": {"auto": [0.9, 0.1, 0.1, 0.9], "default": [0.9, 0.1, 0.1, 0.9], "inversion": [0.9, 0.1, 0.1, 0.9],
              "probes": [0.9, 0.11709451502047896, 0.11866892636448764, 0.9], "scan": [0.9, 0.1, 0.1, 0.9],
              "soft-scan": [0.9, 0.1, 0.1, 0.9],
              "spectrum": [0.7080254431328701, 0.41169035252216435, 0.44448701218301095, 0.7081174917385623],
