@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from detection import features_for  # noqa: E402  (the sibling benchmark's cached feature table)
-from rows import load_rows  # noqa: E402
+from rows import _zoo_arg, load_rows  # noqa: E402
 
 FAMILIES = ("weights", "weight-ratios", "spectrum", "inversion", "probes", "scan")
 BEHAVIOUR = ("spectrum", "inversion", "probes", "scan")
@@ -51,18 +51,6 @@ VARIANTS = {
     "spectrum": ("spectrum",),
     "scan": ("scan",),
 }
-
-
-def _zoo_arg(text: str) -> tuple[str, str, Path]:
-    try:
-        group, role, path = text.split(":", 2)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected GROUP:ROLE:PATH, e.g. round5-cpu:train:/tmp/z") from None
-    if role not in ("train", "test"):
-        raise argparse.ArgumentTypeError(f"{text!r}: role must be train or test, got {role!r}")
-    if not (Path(path) / "models").is_dir():
-        raise argparse.ArgumentTypeError(f"{path}: not a zoo (no models/ folder); make one with `trojanscope zoo make`")
-    return group, role, Path(path)
 
 
 def feature_shift(train_rows: list[dict], train_y: list[int], held_rows: list[dict], held_y: list[int],

@@ -182,19 +182,24 @@ class MetaClassifier:
         assert best is not None
         _, c, oof = best
         a, pb = _fit_platt(oof, y)
-        p_oof = _sigmoid(a * oof + pb)
+        return cls._finish(f, y, names, c, (a, pb), _sigmoid(a * oof + pb), oof)
+
+    @classmethod
+    def _finish(cls, f: np.ndarray, y: np.ndarray, names: list[str], c: float, platt: tuple[float, float],
+                p_oof: np.ndarray, oof: np.ndarray, **extra: Any) -> MetaClassifier:
+        """ε from the out-of-fold probabilities ``p_oof``, then the final fit of C ``c`` on every model."""
         eps = min(EPS_GRID, key=lambda e: (_ce(y, np.clip(p_oof, e, 1 - e)), e))
         # n training models cannot support confidence beyond about 1/(n+2) (Laplace's rule): on 8 models the
         # out-of-fold fit was perfect, ε went to 0.01 and one test mistake then cost -ln 0.01 = 4.6 nats.
         eps = float(np.clip(max(eps, 1.0 / (len(y) + 2)), EPS_GRID[0], EPS_GRID[-1]))
-        mean, scale = stats(np.arange(len(y)))
+        mean, scale = cls._stats(f)
         z = _standardise(f, mean, scale)
         coef, b = _fit_lr(z, y, c)
         return cls(
             feature_names=list(names), mean=mean.tolist(), scale=scale.tolist(), coef=coef.tolist(), intercept=b,
-            platt_a=a, platt_b=pb, eps=float(eps), C=float(c),
+            platt_a=platt[0], platt_b=platt[1], eps=float(eps), C=float(c),
             cv_cross_entropy=_ce(y, np.clip(p_oof, eps, 1 - eps)), cv_roc_auc=_auc(y, oof), n_train=len(y),
-            novelty_max=float(np.abs(z).mean(axis=1).max()),
+            novelty_max=float(np.abs(z).mean(axis=1).max()), **extra,
         )
 
     @staticmethod
@@ -235,20 +240,10 @@ class MetaClassifier:
                     best = (ce, c, lam, p, oof)
         assert best is not None
         _, c, lam, p_oof, oof = best
-        a, pb = _fit_platt(oof, y)
-        eps = min(EPS_GRID, key=lambda e: (_ce(y, np.clip(p_oof, e, 1 - e)), e))
-        eps = float(np.clip(max(eps, 1.0 / (len(y) + 2)), EPS_GRID[0], EPS_GRID[-1]))
-        mean, scale = cls._stats(f)
-        z = _standardise(f, mean, scale)
-        coef, b = _fit_lr(z, y, c)
-        return cls(
-            feature_names=list(names), mean=mean.tolist(), scale=scale.tolist(), coef=coef.tolist(), intercept=b,
-            platt_a=a, platt_b=pb, eps=float(eps), C=float(c),
-            cv_cross_entropy=_ce(y, np.clip(p_oof, eps, 1 - eps)), cv_roc_auc=_auc(y, oof), n_train=len(y),
-            novelty_max=float(np.abs(z).mean(axis=1).max()), abstain=float(lam),
-            reach_ref=float(np.quantile(_reach(z, coef), REACH_QUANTILE)), calibration="groups",
-            n_groups=len(splits),
-        )
+        fitted = cls._finish(f, y, names, c, _fit_platt(oof, y), p_oof, oof, abstain=float(lam),
+                             calibration="groups", n_groups=len(splits))
+        fitted.reach_ref = float(np.quantile(_reach(fitted._z(f), np.asarray(fitted.coef)), REACH_QUANTILE))
+        return fitted
 
     def vector(self, features: dict[str, float]) -> np.ndarray:
         """The feature vector in training order; a feature this model lacks takes the training median."""
