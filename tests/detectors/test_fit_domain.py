@@ -106,6 +106,7 @@ def test_detectors_listing_keeps_each_fit_domain_line_readable():
     block = out[out.index("\ndefault ") + 1:out.index("\nimage-default ")].splitlines()
     assert block[1:] and all(len(line) <= 110 for line in block[1:]), block
     assert "  GruLinear hidden 256/512 layers 2 bidirectional/unidirectional, 4 bidirectional" in out
+    assert any(line.strip().startswith("calibrated on stratified folds") for line in block), block  # as shipped
 
 
 def test_contract_warns_in_one_line_per_difference_and_abstains_on_classes(weights_params, mixed_zoo, tmp_path, capsys):

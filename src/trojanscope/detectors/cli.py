@@ -211,6 +211,12 @@ def detectors() -> None:
             for line in shapes:
                 typer.echo(f"{'':<{width}}   {line}")
             typer.echo(f"{'':<{width}} {novelty}")
+            clf = getattr(shipped, "classifier_", None)
+            if clf is not None:
+                calibrated = (f"calibrated leaving one of {clf.n_groups} generators out; abstains beyond its reach"
+                              if clf.calibration == "groups" else
+                              "calibrated on stratified folds; no abstention (refit over 3+ generators for it)")
+                typer.echo(f"{'':<{width}} {calibrated}")
 
 
 def register(app: typer.Typer, zoo: typer.Typer) -> None:
