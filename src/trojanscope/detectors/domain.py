@@ -78,13 +78,6 @@ def safe_domain(inputs: ModelInputs) -> dict[str, Any] | None:
         return None
 
 
-def out_of_fit(fitted: dict[str, Any] | None, inputs: ModelInputs) -> list[str]:
-    """One line per way ``inputs``' model differs from the fit domain ([] when inside it or when unknown)."""
-    if not fitted:
-        return []
-    return [line for _, line in differences(fitted, safe_domain(inputs))]
-
-
 def describe(fitted: dict[str, Any] | None, width: int = 88) -> list[str]:
     """Lines for listings: what a parameter file was fitted on, one or more lines per architecture.
 

@@ -165,14 +165,11 @@ class MetaClassifier:
         folds = min(5, minority)
         splits = list(StratifiedKFold(folds, shuffle=True, random_state=seed).split(f, y))
 
-        def stats(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            return cls._stats(f[rows])
-
         best: tuple[float, float, np.ndarray] | None = None
         for c in C_GRID:
             oof = np.zeros(len(y))
             for tr, te in splits:
-                m, s = stats(tr)
+                m, s = cls._stats(f[tr])
                 coef, b = _fit_lr(_standardise(f[tr], m, s), y[tr], c)
                 oof[te] = _standardise(f[te], m, s) @ coef + b
             a, pb = _fit_platt(oof, y)
@@ -219,7 +216,7 @@ class MetaClassifier:
     def _fit_groups(cls, f: np.ndarray, y: np.ndarray, names: list[str],
                     splits: list[tuple[np.ndarray, np.ndarray]]) -> MetaClassifier:
         """Leave-one-generator-out choice of C, Platt map, abstention and ε (module docstring)."""
-        best: tuple[float, float, float, np.ndarray, np.ndarray] | None = None
+        best: tuple[float, float, float, tuple[float, float], np.ndarray, np.ndarray] | None = None
         for c in C_GRID:
             oof, excess = np.zeros(len(y)), np.zeros(len(y))
             for tr, te in splits:
@@ -230,17 +227,17 @@ class MetaClassifier:
                 oof[te] = z_te @ coef + b
                 ref = float(np.quantile(_reach(z_tr, coef), REACH_QUANTILE))
                 excess[te] = _excess(_reach(z_te, coef), ref)
-            a, pb = _fit_platt(oof, y)
-            p_fit = _sigmoid(a * oof + pb)
+            platt = _fit_platt(oof, y)
+            p_fit = _sigmoid(platt[0] * oof + platt[1])
             for lam in ABSTAIN_GRID:
                 w = np.exp(-lam * excess)
                 p = w * p_fit + (1 - w) * 0.5
                 ce = _ce(y, p)
                 if best is None or ce < best[0] - 1e-9:
-                    best = (ce, c, lam, p, oof)
+                    best = (ce, c, lam, platt, p, oof)
         assert best is not None
-        _, c, lam, p_oof, oof = best
-        fitted = cls._finish(f, y, names, c, _fit_platt(oof, y), p_oof, oof, abstain=float(lam),
+        _, c, lam, platt, p_oof, oof = best
+        fitted = cls._finish(f, y, names, c, platt, p_oof, oof, abstain=float(lam),
                              calibration="groups", n_groups=len(splits))
         fitted.reach_ref = float(np.quantile(_reach(fitted._z(f), np.asarray(fitted.coef)), REACH_QUANTILE))
         return fitted
