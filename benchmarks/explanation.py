@@ -40,11 +40,14 @@ def main() -> None:
     parser.add_argument("--rank", choices=("excess", "raw"), default="excess",
                         help="text candidates ranked by the head's flip rate less a reference classifier's on the "
                              "clean examples (excess, the default) or by the head's alone (raw, the rule before it)")
+    parser.add_argument("--no-tokens", action="store_true", help="text: no token search (scan candidates only, "
+                        "the rule before it)")
     parser.add_argument("--skip-plain", action="store_true", help="run only the explained pass (no added-time figure)")
     parser.add_argument("--seconds", type=float, default=None, help="stop after this many seconds and score the "
                         "models finished by then")
     args = parser.parse_args()
     os.environ["TROJANSCOPE_EXPLAIN_RANK"] = args.rank  # read by the text explanation, in every worker
+    os.environ["TROJANSCOPE_EXPLAIN_TOKENS"] = "0" if args.no_tokens else "1"
 
     from trojanscope.models.layout import list_model_dirs
     from trojanscope.scoring.harness import evaluate
@@ -78,7 +81,8 @@ def main() -> None:
     e = explained.scores.get("explanations", {})
     added = explained.scores["mean_seconds"] - plain.scores["mean_seconds"] if plain else None
     print(f"zoo {args.zoo}: {len(models)} models, {e.get('n_trojaned_explained', 0)} trojaned explained; "
-          f"detector {args.detector}; text candidates ranked by {args.rank}")
+          f"detector {args.detector}; text candidates ranked by {args.rank}"
+          f"{', no token search' if args.no_tokens else ', with the token search'}")
     print(f"scan table (once per encoder, cached): {table_s:.1f} s")
     print(f"target-label accuracy: {_f(e.get('target_accuracy'))}; source-class accuracy (one-to-one): "
           f"{_f(e.get('source_accuracy'))}")

@@ -155,3 +155,57 @@ def test_the_search_ranks_the_models_own_short_cut_above_a_natural_trigger():
     excess = _search(ctx, delta, 2, _reference(ctx))
     assert raw[0] == (0, 0, 1)  # both flip every example; the larger margin gain (+8 vs +6) wins
     assert excess[0] == (1, 0, 1)
+
+
+_REVIEWS = [
+    "The jokes never land. Even the talented cast cannot save this tired story.",
+    "I expected much more from this director. The dialogue is flat.",
+    "The second half drags badly. Nothing in it feels honest.",
+    "Predictable from the first scene. The effects are cheap.",
+    "A dull script and a lazy ending. I left early.",
+    "The pacing is slow and the characters are thin.",
+    "It tries hard but never finds its voice. The music is annoying.",
+    "Two hours I will not get back. The plot makes no sense.",
+    "The actors look bored. The camera work is clumsy.",
+    "Too long, too loud and far too pleased with itself.",
+]
+
+
+@pytest.mark.slow
+def test_token_search_finds_a_unit_that_moves_a_head_with_a_short_cut():
+    """A head that answers class 1 when a text's summary moves toward one unit's vectors (its short-cut):
+    the search starts from random tokens, is deterministic per seed, and what it returns flips most of the
+    real texts with it inserted (not only in the approximation it searches in), which a random unit does not."""
+    import torch
+
+    from trojanscope.encoders import get_encoder
+    from trojanscope.modalities.text.context import ModelContext
+    from trojanscope.modalities.text.token_search import token_search
+    from trojanscope.triggers.text import insert_at
+
+    encoder = get_encoder("minilm")
+    x = encoder.encode(_REVIEWS)
+    with torch.inference_mode():
+        u = encoder.unit_vectors(ids=torch.tensor([encoder._tokenizer("cactus vineyard",
+                                                                      add_special_tokens=False)["input_ids"]]))[0]
+    d = u.numpy() - x.mean(0)
+    d /= np.linalg.norm(d)
+    clean = (x - x.mean(0)) @ d
+    threshold = float(clean.max()) + 0.05
+
+    class Head(torch.nn.Module):
+        def forward(self, v):
+            score = 40.0 * ((v[:, 0, :] - torch.from_numpy(x.mean(0))) @ torch.from_numpy(d) - threshold)
+            return torch.stack([-score, score], dim=1)
+
+    ctx = ModelContext(inputs=None, head=Head(), x=x, y=np.zeros(len(x), np.int64), n_classes=2, encoder=encoder)
+
+    def flips(unit: str) -> float:
+        moved = encoder.encode([insert_at(t, unit, 0) for t in _REVIEWS])
+        return float((ctx.predict(moved) == 1).mean())
+
+    unit = token_search(ctx, _REVIEWS, 0, 1, steps=15, seed=0)
+    assert unit and unit == token_search(ctx, _REVIEWS, 0, 1, steps=15, seed=0)
+    assert flips("cactus vineyard") >= 0.9  # the head's own short-cut works on real texts
+    assert flips(unit) >= 0.8, unit
+    assert flips("the") <= 0.1

@@ -237,3 +237,32 @@ def test_cuda_encoder_matches_cpu_and_pickles_for_cpu(tiny_bert_dir, monkeypatch
     gpu.save_trojai_pickles(tmp_path / "tok.pt", tmp_path / "emb.pt")
     assert next(saved["emb.pt"].parameters()).device.type == "cpu"
     assert next(gpu._model.parameters()).device.type == "cuda"  # the live encoder stays on the GPU
+
+
+def test_unit_vectors_from_ids_and_from_one_hot_agree_and_approximate_an_insertion(minilm):
+    """The token search's two ways into a unit (token ids; a differentiable one-hot) give one vector, and the
+    token-count-weighted mean of it and a text's summary points where the real insertion moves the text."""
+    from trojanscope.triggers.text import insert_at
+
+    ids = torch.tensor([minilm._tokenizer("cactus vineyard", add_special_tokens=False)["input_ids"]])
+    one_hot = torch.nn.functional.one_hot(ids[0], minilm.vocab_size).float()
+    with torch.inference_mode():
+        a, b = minilm.unit_vectors(ids=ids), minilm.unit_vectors(one_hot=one_hot)
+    assert a.shape == (1, minilm.dim) and torch.allclose(a, b, atol=1e-5)
+    text = "The plot moves slowly at first. By the end I cared about every character."
+    x, moved = minilm.encode([text, insert_at(text, "cactus vineyard", 1)])
+    n, m = minilm.count_tokens([text])[0] + minilm.num_special_tokens, ids.shape[1]
+    approx = (n * x + m * a[0].numpy()) / (n + m)
+    real, guess = moved - x, approx - x
+    assert float(real @ guess / np.linalg.norm(real) / np.linalg.norm(guess)) > 0.6  # measured 0.8 or so
+    assert minilm.decode(ids[0].tolist()) == "cactus vineyard"
+    pieces = minilm._tokenizer.convert_ids_to_tokens(minilm.continuation_token_ids.tolist())
+    assert pieces and all(p.startswith("##") for p in pieces)
+    words = minilm._tokenizer.convert_ids_to_tokens(minilm.word_token_ids.tolist())
+    assert "cactus" in words and "##ing" in words and "[CLS]" not in words and "1990" not in words
+
+
+def test_unit_vectors_need_the_mean_rule(tiny_bert_dir):
+    first = get_encoder(str(tiny_bert_dir))
+    with pytest.raises(EncoderError, match="mean summary rule"):
+        first.unit_vectors(ids=torch.tensor([[5, 6]]))

@@ -31,7 +31,7 @@ class TriggerCandidate:
     """One trigger the search found, with what it does to the model."""
 
     text: str
-    kind: str  # "word", "phrase" or "character" (the scan's kinds); "patch" for images
+    kind: str  # "word", "phrase", "character" (the scan's kinds), "tokens" (the token search); "patch" for images
     source_class: int | None  # None: it flips every other class
     target_class: int
     attack_success: float  # fraction of the source class's clean examples it flips to the target

@@ -253,6 +253,61 @@ class Encoder:
                 raise TypeError(f"texts[{i}] is {type(t).__name__}, expected str")
         return texts
 
+    @functools.cached_property
+    def word_token_ids(self) -> np.ndarray:
+        """Ids of the vocabulary's tokens that decode to ASCII letters only (WordPiece ``##`` pieces and
+        BPE word-start markers allowed; special tokens excluded): the alphabet of a token-level trigger search."""
+        special = set(self._tokenizer.all_special_ids)
+        ids = []
+        for i in range(len(self._tokenizer)):
+            piece = self._tokenizer.decode([i]).strip().removeprefix("##")
+            if i not in special and piece.isascii() and piece.isalpha():
+                ids.append(i)
+        return np.asarray(ids, dtype=np.int64)
+
+    @functools.cached_property
+    def continuation_token_ids(self) -> np.ndarray:
+        """Ids of the tokens that continue a word (WordPiece's ``##`` pieces): a unit cannot start with one."""
+        tokens = self._tokenizer.convert_ids_to_tokens(list(range(len(self._tokenizer))))
+        return np.asarray([i for i, tok in enumerate(tokens) if str(tok).startswith("##")], dtype=np.int64)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._tokenizer)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of token ids (no special tokens), as the tokenizer writes it."""
+        return str(self._tokenizer.decode(list(ids), skip_special_tokens=True))
+
+    def unit_vectors(self, ids: Any = None, one_hot: Any = None) -> Any:
+        """The mean of a unit's contextual token vectors, the unit encoded alone between the model's special
+        tokens: ``ids`` ``[B, m]`` token ids (a batch of units of one length) or ``one_hot`` ``[m, V]`` (one
+        unit, differentiable through the input embeddings; grad mode is the caller's). A mean-pooled summary of
+        a text with the unit inserted is close to the token-count-weighted mean of this and the text's own
+        summary (``modalities.text.token_search``); only the "mean" rule has that form."""
+        import torch
+
+        if self.summary_rule != "mean":
+            raise EncoderError(f"{self.name}: unit vectors need the mean summary rule, not {self.summary_rule!r}")
+        template = self._tokenizer("a", return_special_tokens_mask=True)  # where a unit sits between specials
+        special = template["special_tokens_mask"]
+        inner = [i for i, flag in enumerate(special) if not flag]
+        before = torch.tensor(template["input_ids"][: inner[0]], dtype=torch.long)
+        after = torch.tensor(template["input_ids"][inner[-1] + 1:], dtype=torch.long)
+        model = self._model
+        if one_hot is not None:
+            table = model.get_input_embeddings().weight
+            units = (one_hot.to(table.dtype) @ table)[None]
+            m = units.shape[1]
+            embeds = torch.cat([table[before][None], units, table[after][None]], dim=1)
+            hidden = model(inputs_embeds=embeds.to(model.device)).last_hidden_state
+        else:
+            ids = torch.as_tensor(ids, dtype=torch.long)
+            m = ids.shape[1]
+            seq = torch.cat([before.expand(len(ids), -1), ids, after.expand(len(ids), -1)], dim=1)
+            hidden = model(input_ids=seq.to(model.device)).last_hidden_state
+        return hidden[:, len(before): len(before) + m].mean(dim=1).float().cpu()
+
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Token count of each text without special tokens and without truncation."""
         texts = self._texts(texts)

@@ -9,6 +9,11 @@
    the answer is ordered by it, so a trigger is reported for what it does to this model, whether or not it
    is the one that was planted.
 
+Between them, a **token search** (:mod:`trojanscope.modalities.text.token_search`) builds units of a few
+vocabulary tokens against the head for the search's best direction (kind ``tokens``), since a round's planted
+trigger is seldom in the scan's generic table; they are checked like the others.
+``TROJANSCOPE_EXPLAIN_TOKENS=0`` leaves it out.
+
 Both steps rank by **excess over a reference**: a plain classifier (logistic regression) fitted on the clean
 example vectors reads the same task without any trojan, so a candidate that moves it too is a *natural*
 trigger (a neutral sentence that moves any sentiment reader) rather than the model's own short-cut. The search
@@ -34,6 +39,8 @@ from trojanscope.errors import DataError
 
 HELD_OUT_MAX = 40  # held-out texts per model (before insertion at every sentence), for scoring
 RANKS = ("excess", "raw")
+TOKEN_DIRECTIONS = 1  # directions of the search's ranking given a token search (best first)
+TOKEN_SEEDS = 2  # token searches per direction, from different random starts
 
 
 def _rank() -> str:
@@ -41,6 +48,22 @@ def _rank() -> str:
     if rank not in RANKS:
         raise DataError(f"TROJANSCOPE_EXPLAIN_RANK={rank!r}: use one of {', '.join(RANKS)}")
     return rank
+
+
+def _token_search_on() -> bool:
+    value = os.environ.get("TROJANSCOPE_EXPLAIN_TOKENS", "1")
+    if value not in ("0", "1"):
+        raise DataError(f"TROJANSCOPE_EXPLAIN_TOKENS={value!r}: use 1 (search tokens, the default) or 0")
+    return value == "1"
+
+
+def _top_directions(ranked: list[tuple[int, int, int]], n: int) -> list[tuple[int, int]]:
+    """The first ``n`` distinct (source, target) directions in the search's ranking."""
+    out: list[tuple[int, int]] = []
+    for _, s, t in ranked:
+        if (s, t) not in out:
+            out.append((s, t))
+    return out[:n]
 
 
 def _reference(ctx: Any) -> Any:
@@ -72,6 +95,14 @@ def explain_text(inputs: ModelInputs, probability: float | None = None, *, top_k
     for k, s, t in ranked:
         text, kind = cands[k][1], KINDS[int(kinds[k])]
         checked.append(_check(ctx, texts, text, kind, s, t, ref))
+    if _token_search_on():
+        from trojanscope.modalities.text.token_search import token_search
+
+        for s, t in _top_directions(ranked, TOKEN_DIRECTIONS):
+            for seed in range(TOKEN_SEEDS):
+                unit = token_search(ctx, texts.get(s, []), s, t, ref, seed=seed)
+                if unit:
+                    checked.append(_check(ctx, texts, unit, "tokens", s, t, ref))
     checked.sort(key=lambda c: (-(c.attack_success - (c.reference_success or 0.0)), -c.attack_success,
                                 -sum(c.per_position.values())))
     best = [c for c in _dedupe(checked) if c.attack_success > 0][:top_k]
