@@ -17,7 +17,7 @@ from trojanscope.rounds.preset import PRESETS
 
 # Light family settings keep tests to seconds: a small scan table, few inversion steps and probe directions.
 LIGHT = {"scan": {"n_words": 20, "n_phrases": 8}, "soft-scan": {"n_words": 20, "n_phrases": 8, "steps": 3},
-         "inversion": {"steps": 5},
+         "inversion": {"steps": 5}, "tokens": {"steps": 3},
          "subspace": {"rounds": 2, "steps": 3}, "probes": {"n_random": 4, "n_pcs": 4}}
 
 

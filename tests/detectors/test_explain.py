@@ -180,7 +180,7 @@ def test_token_search_finds_a_unit_that_moves_a_head_with_a_short_cut():
 
     from trojanscope.encoders import get_encoder
     from trojanscope.modalities.text.context import ModelContext
-    from trojanscope.modalities.text.token_search import token_search
+    from trojanscope.modalities.text.features.token_search import token_search
     from trojanscope.triggers.text import insert_at
 
     encoder = get_encoder("minilm")
@@ -204,8 +204,9 @@ def test_token_search_finds_a_unit_that_moves_a_head_with_a_short_cut():
         moved = encoder.encode([insert_at(t, unit, 0) for t in _REVIEWS])
         return float((ctx.predict(moved) == 1).mean())
 
-    unit = token_search(ctx, _REVIEWS, 0, 1, steps=15, seed=0)
-    assert unit and unit == token_search(ctx, _REVIEWS, 0, 1, steps=15, seed=0)
+    found = token_search(ctx, _REVIEWS, 0, 1, steps=15, seed=0)
+    assert found and found == token_search(ctx, _REVIEWS, 0, 1, steps=15, seed=0)
+    assert found.head_rate >= 0.8 and np.isnan(found.reference_rate)  # in the approximation, no reference given
     assert flips("cactus vineyard") >= 0.9  # the head's own short-cut works on real texts
-    assert flips(unit) >= 0.8, unit
+    assert flips(found.text) >= 0.8, found
     assert flips("the") <= 0.1

@@ -14,6 +14,8 @@ Text models read a :class:`~trojanscope.modalities.text.context.ModelContext`:
 - ``subspace``: budgets of successive mutually orthogonal universal flips (a second route to the target).
 - ``spectrum``: the head's leading input directions against the class-mean gap and the clean data.
 - ``scan``: flip rates of a precomputed table of generic word/phrase/punctuation shifts (head evaluations only).
+- ``tokens``: flip rates of a few vocabulary tokens searched against the head less a reference reader (the
+  explanation's token search).
 
 Image models (reduced config ``modality = "image"``) read an
 :class:`~trojanscope.modalities.image.context.ImageContext`:

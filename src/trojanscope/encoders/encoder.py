@@ -284,7 +284,7 @@ class Encoder:
         tokens: ``ids`` ``[B, m]`` token ids (a batch of units of one length) or ``one_hot`` ``[m, V]`` (one
         unit, differentiable through the input embeddings; grad mode is the caller's). A mean-pooled summary of
         a text with the unit inserted is close to the token-count-weighted mean of this and the text's own
-        summary (``modalities.text.token_search``); only the "mean" rule has that form."""
+        summary (``modalities.text.features.token_search``); only the "mean" rule has that form."""
         import torch
 
         if self.summary_rule != "mean":

@@ -23,6 +23,8 @@ FAMILIES = {
                    "Best-flipping convex mixture of the scan table's shifts (inversion within real-word shifts)."),
     "subspace": ("trojanscope.modalities.text.features.subspace:FlipSubspace",
                   "Budgets of successive mutually orthogonal universal flips (deflated summary-space inversion)."),
+    "tokens": ("trojanscope.modalities.text.features.tokens:TokenSearchFeatures",
+                "Flip rates of a few vocabulary tokens searched against the head less a reference reader."),
     "spectrum": ("trojanscope.modalities.text.features.spectrum:InputSpectrum",
                   "SVD of the head's input matrix against the clean data: gap alignment, off-data energy."),
 }

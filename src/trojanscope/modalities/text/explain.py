@@ -9,7 +9,7 @@
    the answer is ordered by it, so a trigger is reported for what it does to this model, whether or not it
    is the one that was planted.
 
-Between them, a **token search** (:mod:`trojanscope.modalities.text.token_search`) builds units of a few
+Between them, a **token search** (:mod:`trojanscope.modalities.text.features.token_search`) builds units of a few
 vocabulary tokens against the head for the search's best direction (kind ``tokens``), since a round's planted
 trigger is seldom in the scan's generic table; they are checked like the others.
 ``TROJANSCOPE_EXPLAIN_TOKENS=0`` leaves it out.
@@ -67,10 +67,9 @@ def _top_directions(ranked: list[tuple[int, int, int]], n: int) -> list[tuple[in
 
 
 def _reference(ctx: Any) -> Any:
-    """A logistic regression on the clean example vectors: the task read without a trojan."""
-    from sklearn.linear_model import LogisticRegression
+    from trojanscope.modalities.text.features.token_search import reference
 
-    return LogisticRegression(C=1.0, max_iter=2000).fit(ctx.x, ctx.y)
+    return reference(ctx)
 
 
 def explain_text(inputs: ModelInputs, probability: float | None = None, *, top_k: int = 5, check: int = 16,
@@ -96,13 +95,13 @@ def explain_text(inputs: ModelInputs, probability: float | None = None, *, top_k
         text, kind = cands[k][1], KINDS[int(kinds[k])]
         checked.append(_check(ctx, texts, text, kind, s, t, ref))
     if _token_search_on():
-        from trojanscope.modalities.text.token_search import token_search
+        from trojanscope.modalities.text.features.token_search import token_search
 
         for s, t in _top_directions(ranked, TOKEN_DIRECTIONS):
             for seed in range(TOKEN_SEEDS):
-                unit = token_search(ctx, texts.get(s, []), s, t, ref, seed=seed)
-                if unit:
-                    checked.append(_check(ctx, texts, unit, "tokens", s, t, ref))
+                found = token_search(ctx, texts.get(s, []), s, t, ref, seed=seed)
+                if found:
+                    checked.append(_check(ctx, texts, found.text, "tokens", s, t, ref))
     checked.sort(key=lambda c: (-(c.attack_success - (c.reference_success or 0.0)), -c.attack_success,
                                 -sum(c.per_position.values())))
     best = [c for c in _dedupe(checked) if c.attack_success > 0][:top_k]

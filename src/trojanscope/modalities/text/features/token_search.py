@@ -22,11 +22,19 @@ model's own short-cut, and the reference makes the search prefer the latter.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 CAP = 3.0  # margin beyond which an example no longer pulls the objective
+
+
+def reference(ctx: Any) -> Any:
+    """A logistic regression on the clean example vectors: the task read without a trojan."""
+    from sklearn.linear_model import LogisticRegression
+
+    return LogisticRegression(C=1.0, max_iter=2000).fit(ctx.x, ctx.y)
 
 
 def _margin(logits: Any, target: int) -> Any:
@@ -51,12 +59,23 @@ def _reference_logits(ref: Any, v: Any, n_classes: int) -> Any | None:
     return out
 
 
+@dataclass(frozen=True)
+class Found:
+    """What one search found: the unit's text, and in the approximation the share of the source examples the
+    head answers as the target with it (and the reference's share; NaN without a reference)."""
+
+    text: str
+    head_rate: float
+    reference_rate: float
+    objective: float
+
+
 def token_search(ctx: Any, texts: list[str], source: int, target: int, ref: Any = None, *, length: int = 4,
-                 steps: int = 30, width: int = 48, batch: int = 48, seed: int = 0) -> str | None:
+                 steps: int = 30, width: int = 48, batch: int = 48, seed: int = 0) -> Found | None:
     """A unit of ``length`` vocabulary tokens that moves the source class's clean examples (``texts``, in the
     order of ``ctx.x``'s rows of that class) to ``target`` in the summary-space approximation (see the
-    module's docstring), as text; None where the encoder's summary rule is not "mean" or the class has no
-    examples. Deterministic for a given ``seed``."""
+    module's docstring); None where the encoder's summary rule is not "mean" or the class has no examples.
+    Deterministic for a given ``seed``."""
     import torch
 
     encoder = ctx.encoder
@@ -75,13 +94,19 @@ def token_search(ctx: Any, texts: list[str], source: int, target: int, ref: Any 
     first = allowed.clone()  # a unit does not start inside a word
     first[torch.from_numpy(encoder.continuation_token_ids)] = False
 
-    def objective(u: Any) -> Any:
+    def objective(u: Any, rates: bool = False) -> Any:
         v = (n[None, :, None] * xs[None] + length * u[:, None, :]) / (n + length)[None, :, None]
         logits = ctx.head(v.reshape(-1, 1, v.shape[-1])).reshape(len(u), len(xs), -1).float()
-        value = -_margin(logits, target).clamp(max=CAP).mean(dim=-1)
+        head_margin = _margin(logits, target)
+        value = -head_margin.clamp(max=CAP).mean(dim=-1)
+        ref_margin = None
         if ref is not None:
-            value = value + _margin(_reference_logits(ref, v, logits.shape[-1]), target).clamp(min=-CAP).mean(dim=-1)
-        return value
+            ref_margin = _margin(_reference_logits(ref, v, logits.shape[-1]), target)
+            value = value + ref_margin.clamp(min=-CAP).mean(dim=-1)
+        if not rates:
+            return value
+        ref_rate = float("nan") if ref_margin is None else float((ref_margin > 0).float().mean())
+        return value, float((head_margin > 0).float().mean()), ref_rate
 
     gen = torch.Generator().manual_seed(seed)
     ids = alphabet[torch.randint(len(alphabet), (length,), generator=gen)]
@@ -109,4 +134,8 @@ def token_search(ctx: Any, texts: list[str], source: int, target: int, ref: Any 
         if float(values[j]) < best_value:
             best_value, best_ids = float(values[j]), swaps[j].clone()
     text = encoder.decode(best_ids.tolist()).strip()
-    return text or None
+    if not text:
+        return None
+    with torch.inference_mode():
+        value, head_rate, ref_rate = objective(encoder.unit_vectors(ids=best_ids[None]), rates=True)
+    return Found(text=text, head_rate=head_rate, reference_rate=ref_rate, objective=float(value[0]))
