@@ -50,6 +50,7 @@ VARIANTS = {
     "weight-ratios": ("weight-ratios",),
     "spectrum": ("spectrum",),
     "scan": ("scan",),
+    "tokens": ("tokens",),
 }
 
 
@@ -115,12 +116,13 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     registered = DETECTORS.get("default").families
     declared = ("default", "auto")  # registered detectors scored as themselves (their union fit is what ships)
-    variants = {**{n: tuple(DETECTORS.get(n).families) for n in declared}, **VARIANTS}
+    variants = {**{n: tuple(DETECTORS.get(n).families) for n in declared}, **VARIANTS,
+                "default+tokens": (*registered, "tokens")}
     chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in chosen if v not in variants]
     if unknown:
         ap.error(f"unknown variant(s) {unknown}; known: {', '.join(variants)}")
-    families = tuple(dict.fromkeys((*FAMILIES, *registered, *DETECTORS.get("auto").families)))
+    families = tuple(dict.fromkeys(f for v in chosen for f in variants[v]))
 
     from trojanscope.detectors.domain import safe_domain
 

@@ -297,10 +297,11 @@ class Encoder:
         model = self._model
         if one_hot is not None:
             table = model.get_input_embeddings().weight
-            units = (one_hot.to(table.dtype) @ table)[None]
+            units = (one_hot.to(device=table.device, dtype=table.dtype) @ table)[None]
             m = units.shape[1]
-            embeds = torch.cat([table[before][None], units, table[after][None]], dim=1)
-            hidden = model(inputs_embeds=embeds.to(model.device)).last_hidden_state
+            ends = [table[part.to(table.device)][None] for part in (before, after)]
+            embeds = torch.cat([ends[0], units, ends[1]], dim=1)
+            hidden = model(inputs_embeds=embeds).last_hidden_state
         else:
             ids = torch.as_tensor(ids, dtype=torch.long)
             m = ids.shape[1]
