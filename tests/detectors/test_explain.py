@@ -205,7 +205,8 @@ def test_token_search_finds_a_unit_that_moves_a_head_with_a_short_cut():
         return float((ctx.predict(moved) == 1).mean())
 
     found = token_search(ctx, _REVIEWS, 0, 1, steps=15, seed=0)
-    assert found and found == token_search(ctx, _REVIEWS, 0, 1, steps=15, seed=0)
+    again = token_search(ctx, _REVIEWS, 0, 1, steps=15, seed=0)
+    assert found and (found.text, found.head_rate) == (again.text, again.head_rate)
     assert found.head_rate >= 0.8 and np.isnan(found.reference_rate)  # in the approximation, no reference given
     assert flips("cactus vineyard") >= 0.9  # the head's own short-cut works on real texts
     assert flips(found.text) >= 0.8, found

@@ -36,6 +36,8 @@ import numpy as np
 from trojanscope.detectors.base import ModelInputs
 from trojanscope.detectors.explain import POSITIONS, Explanation, TriggerCandidate, triggered_by_half
 from trojanscope.errors import DataError
+from trojanscope.modalities.text.features.token_search import reference as _reference
+from trojanscope.modalities.text.features.token_search import token_search
 
 HELD_OUT_MAX = 40  # held-out texts per model (before insertion at every sentence), for scoring
 RANKS = ("excess", "raw")
@@ -66,12 +68,6 @@ def _top_directions(ranked: list[tuple[int, int, int]], n: int) -> list[tuple[in
     return out[:n]
 
 
-def _reference(ctx: Any) -> Any:
-    from trojanscope.modalities.text.features.token_search import reference
-
-    return reference(ctx)
-
-
 def explain_text(inputs: ModelInputs, probability: float | None = None, *, top_k: int = 5, check: int = 16,
                  detector: str | None = None, scan: Any = None) -> Explanation:
     """The explanation of a text model (see the module's docstring); ``scan`` is a ``PhraseScan`` (default:
@@ -95,8 +91,6 @@ def explain_text(inputs: ModelInputs, probability: float | None = None, *, top_k
         text, kind = cands[k][1], KINDS[int(kinds[k])]
         checked.append(_check(ctx, texts, text, kind, s, t, ref))
     if _token_search_on():
-        from trojanscope.modalities.text.features.token_search import token_search
-
         for s, t in _top_directions(ranked, TOKEN_DIRECTIONS):
             for seed in range(TOKEN_SEEDS):
                 found = token_search(ctx, texts.get(s, []), s, t, ref, seed=seed)
