@@ -211,3 +211,25 @@ def test_token_search_finds_a_unit_that_moves_a_head_with_a_short_cut():
     assert flips("cactus vineyard") >= 0.9  # the head's own short-cut works on real texts
     assert flips(found.text) >= 0.8, found
     assert flips("the") <= 0.1
+
+
+def test_with_more_than_two_classes_the_token_search_goes_where_generic_units_do_not_already_flip(monkeypatch):
+    """Three classes: the direction whose screened unit flips most *beyond* the scan's generic candidates wins,
+    not the one the scan ranks first (the natural route to a neutral class); two classes keep the scan's."""
+    from trojanscope.modalities.text import explain
+    from trojanscope.modalities.text.features.token_search import Found
+
+    class Ctx:
+        n_classes = 3
+
+        def directions(self):
+            return [(s, t) for s in range(3) for t in range(3) if s != t]
+
+    rates = {(0, 1): 0.95, (2, 1): 0.9, (2, 0): 0.8}
+    monkeypatch.setattr(explain, "token_search", lambda ctx, texts, s, t, ref, **kw:
+                        Found(f"{s}{t}", rates.get((s, t), 0.1), 0.0, 0.0))
+    ease = {(0, 1): 0.9, (2, 1): 0.8, (2, 0): 0.1}  # generic units already move everything toward class 1
+    ranked = [(0, 0, 1), (5, 2, 1), (9, 2, 0)]
+    assert explain._token_directions(Ctx(), {}, ranked, ease, None) == [(2, 0)]
+    Ctx.n_classes = 2
+    assert explain._token_directions(Ctx(), {}, ranked, ease, None) == [(0, 1)]

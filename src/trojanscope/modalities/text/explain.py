@@ -43,6 +43,7 @@ HELD_OUT_MAX = 40  # held-out texts per model (before insertion at every sentenc
 RANKS = ("excess", "raw")
 TOKEN_DIRECTIONS = 1  # directions of the search's ranking given a token search (best first)
 TOKEN_SEEDS = 2  # token searches per direction, from different random starts
+SCREEN_STEPS = 10  # steps of the short search that picks the direction with more than two classes
 
 
 def _rank() -> str:
@@ -84,14 +85,15 @@ def explain_text(inputs: ModelInputs, probability: float | None = None, *, top_k
     cands = scan.candidates(ctx.encoder)
     rank = _rank()
     ref = _reference(ctx) if rank == "excess" else None
-    ranked = _search(ctx, delta, check, ref)
+    ease: dict[tuple[int, int], float] = {}
+    ranked = _search(ctx, delta, check, ref, ease)
     texts = _example_texts(inputs)
     checked = []
     for k, s, t in ranked:
         text, kind = cands[k][1], KINDS[int(kinds[k])]
         checked.append(_check(ctx, texts, text, kind, s, t, ref))
     if _token_search_on():
-        for s, t in _top_directions(ranked, TOKEN_DIRECTIONS):
+        for s, t in _token_directions(ctx, texts, ranked, ease, ref):
             for seed in range(TOKEN_SEEDS):
                 found = token_search(ctx, texts.get(s, []), s, t, ref, seed=seed)
                 if found:
@@ -106,10 +108,30 @@ def explain_text(inputs: ModelInputs, probability: float | None = None, *, top_k
                        n_examples=len(texts), seconds=time.perf_counter() - t0, detector=detector)
 
 
-def _search(ctx: Any, delta: np.ndarray, n: int, ref: Any = None) -> list[tuple[int, int, int]]:
+def _token_directions(ctx: Any, texts: dict[int, list[str]], ranked: list[tuple[int, int, int]],
+                      ease: dict[tuple[int, int], float], ref: Any) -> list[tuple[int, int]]:
+    """Where the token search runs. Two classes: the scan's best direction. More: a short search screens every
+    direction, and the one whose unit flips most beyond what the scan's generic candidates already flip there
+    wins (on a 3-class sentiment task every model is easily moved to the neutral class, trojaned or not, and
+    the search's best direction is that natural one)."""
+    if ctx.n_classes <= 2 or not ease:
+        return _top_directions(ranked, TOKEN_DIRECTIONS)
+    screened = []
+    for s, t in ctx.directions():
+        found = token_search(ctx, texts.get(s, []), s, t, ref, steps=SCREEN_STEPS, seed=0)
+        if found is not None:
+            screened.append((found.head_rate - ease.get((s, t), 0.0), (s, t)))
+    if not screened:
+        return _top_directions(ranked, TOKEN_DIRECTIONS)
+    return [d for _, d in sorted(screened, key=lambda r: -r[0])[:TOKEN_DIRECTIONS]]
+
+
+def _search(ctx: Any, delta: np.ndarray, n: int, ref: Any = None,
+            ease: dict[tuple[int, int], float] | None = None) -> list[tuple[int, int, int]]:
     """The ``n`` best (candidate, source, target) triples by flip rate of the shifted clean vectors, less the
     reference's flip rate where ``ref`` is given (ties: the larger mean margin gain), at most half of them from
-    one direction so every pair is looked at."""
+    one direction so every pair is looked at. ``ease``, when given, receives each direction's largest head
+    flip rate over all candidates (how far generic units already move that direction)."""
     scored = []
     for s, t in ctx.directions():
         xs = ctx.x[ctx.y == s]
@@ -119,6 +141,8 @@ def _search(ctx: Any, delta: np.ndarray, n: int, ref: Any = None) -> list[tuple[
         lg = ctx.logits(moved).reshape(len(delta), len(xs), -1)
         margin = lg[:, :, t] - np.delete(lg, t, axis=2).max(2)
         rate = (margin > 0).mean(1)
+        if ease is not None:
+            ease[(s, t)] = float(rate.max())
         if ref is not None:
             rate = rate - (ref.predict(moved).reshape(len(delta), len(xs)) == t).mean(1)
         gain = np.clip(margin - base_margin[None, :], -50, 50).mean(1)
