@@ -9,9 +9,9 @@
    the answer is ordered by it, so a trigger is reported for what it does to this model, whether or not it
    is the one that was planted.
 
-Between them, a **token search** (:mod:`trojanscope.modalities.text.features.token_search`) builds units of a few
-vocabulary tokens against the head for the search's best direction (kind ``tokens``), since a round's planted
-trigger is seldom in the scan's generic table; they are checked like the others.
+Between them, a **token search** (:mod:`trojanscope.modalities.text.features.token_search`) builds units of a
+few vocabulary tokens against the head in one direction (kind ``tokens``; which direction: ``_token_directions``),
+since a round's planted trigger is seldom in the scan's generic table; they are checked like the others.
 ``TROJANSCOPE_EXPLAIN_TOKENS=0`` leaves it out.
 
 Both steps rank by **excess over a reference**: a plain classifier (logistic regression) fitted on the clean
