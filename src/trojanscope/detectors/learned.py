@@ -268,8 +268,9 @@ class MetaDetector(Detector):
         vec = clf.vector(feats)[None, :]
         p = float(clf.predict_proba(vec)[0])
         fitted, here = getattr(self, "trained_on_", {}).get("domain"), domain.safe_domain(inputs)
-        notes = [line for _, line in domain.differences(fitted, here)]
-        if domain.abstains(fitted, here):  # the features mean something else here: no evidence either way
+        diffs = domain.differences(fitted, here)
+        notes = [line for _, line in diffs]
+        if any(key in domain.ABSTAIN_ON for key, _ in diffs):  # the features mean something else: no evidence
             p = 0.5
             notes.append("answered 0.5: outside the fit's classes, input or modality the features mean something else")
         far = clf.outside(vec)

@@ -279,6 +279,13 @@ class Encoder:
         """The text of token ids (no special tokens), as the tokenizer writes it."""
         return str(self._tokenizer.decode(list(ids), skip_special_tokens=True))
 
+    @functools.cached_property
+    def _unit_frame(self) -> tuple[list[int], list[int]]:
+        """The special token ids before and after a unit encoded alone (``[CLS]`` / ``[SEP]`` for BERT)."""
+        template = self._tokenizer("a", return_special_tokens_mask=True)
+        inner = [i for i, flag in enumerate(template["special_tokens_mask"]) if not flag]
+        return template["input_ids"][: inner[0]], template["input_ids"][inner[-1] + 1:]
+
     def unit_vectors(self, ids: Any = None, one_hot: Any = None) -> Any:
         """The mean of a unit's contextual token vectors, the unit encoded alone between the model's special
         tokens: ``ids`` ``[B, m]`` token ids (a batch of units of one length) or ``one_hot`` ``[m, V]`` (one
@@ -289,11 +296,7 @@ class Encoder:
 
         if self.summary_rule != "mean":
             raise EncoderError(f"{self.name}: unit vectors need the mean summary rule, not {self.summary_rule!r}")
-        template = self._tokenizer("a", return_special_tokens_mask=True)  # where a unit sits between specials
-        special = template["special_tokens_mask"]
-        inner = [i for i, flag in enumerate(special) if not flag]
-        before = torch.tensor(template["input_ids"][: inner[0]], dtype=torch.long)
-        after = torch.tensor(template["input_ids"][inner[-1] + 1:], dtype=torch.long)
+        before, after = (torch.tensor(part, dtype=torch.long) for part in self._unit_frame)
         model = self._model
         if one_hot is not None:
             table = model.get_input_embeddings().weight
