@@ -1,4 +1,5 @@
-"""The zero-state GRU path of ``train_head`` gives nn.GRU's bits: outputs, gradients and trained weights."""
+"""The zero-state GRU path of ``train_head`` gives nn.GRU's bits: outputs, gradients and trained weights; the LSTM
+path matches nn.LSTM within float tolerance."""
 
 from __future__ import annotations
 
@@ -37,6 +38,33 @@ def test_zero_state_gru_matches_nn_gru_forward_and_gradients(bidirectional: bool
             assert pb.grad is None and not pa.grad.any()  # exactly zero through nn.GRU
         else:
             assert torch.equal(pa.grad, pb.grad), name
+
+
+@pytest.mark.parametrize(("bidirectional", "n_layers"), [(True, 2), (False, 1)])
+def test_zero_state_lstm_cells_match_nn_lstm_forward_and_gradients(bidirectional: bool, n_layers: int) -> None:
+    """The LSTM cells skip the forget gate's rows (it multiplies c0 = 0): outputs, parameter gradients (the
+    forget rows exactly zero, as nn.LSTM gives them) and the input's gradient (FBF/PGD need it) match nn.LSTM's,
+    in float64 so only a wrong formula can fail."""
+    from trojanscope.rounds.accelerator import zero_state_cells
+
+    a = _head("LstmLinear", bidirectional=bidirectional, n_layers=n_layers, dropout=0.0).double()
+    b = _head("LstmLinear", bidirectional=bidirectional, n_layers=n_layers, dropout=0.0).double()
+    xa = torch.randn(32, 1, 24, dtype=torch.float64, requires_grad=True)
+    xb = xa.detach().clone().requires_grad_(True)
+    _, (ha, _) = a.rnn(xa)
+    hb = zero_state_cells(b.rnn, xb)
+    torch.testing.assert_close(ha, hb, rtol=0, atol=1e-12)
+    weights = torch.randn(ha.shape, dtype=torch.float64)
+    (ha * weights).sum().backward()
+    (hb * weights).sum().backward()
+    torch.testing.assert_close(xa.grad, xb.grad, rtol=0, atol=1e-12)
+    hidden = a.rnn.hidden_size
+    for (name, pa), pb in zip(a.rnn.named_parameters(), b.rnn.parameters(), strict=True):
+        if "weight_hh" in name:
+            assert pb.grad is None and not pa.grad.any()
+            continue
+        torch.testing.assert_close(pa.grad, pb.grad, rtol=0, atol=1e-12, msg=name)
+        assert not pb.grad[hidden:2 * hidden].any(), name  # the forget gate's rows
 
 
 @pytest.mark.parametrize("algorithm", ["none", "fbf", "pgd"])

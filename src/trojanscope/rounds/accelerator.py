@@ -95,6 +95,43 @@ def _dropout_forward(self: nn.Dropout, x: torch.Tensor) -> torch.Tensor:
     return host_dropout(x, self.p, self.training)
 
 
+class _LstmGates(torch.autograd.Function):
+    """An LSTM cell's input (i), cell (g) and output (o) gate pre-activations from a zero state, skipping the
+    forget gate's rows: its product with ``c0 = 0`` is zero, so its rows' gradients are exactly zero (as autograd
+    through all four gates gives them) and computing them is a quarter of the cell's GEMM work for nothing.
+    Gradients come back full-size with those rows zero, so the optimiser sees the same parameters as before."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, b_ih: torch.Tensor, b_hh: torch.Tensor):  # noqa: ANN205
+        h = w.shape[0] // 4
+        i = F.linear(x, w[:h], b_ih[:h]) + b_hh[:h]
+        go = F.linear(x, w[2 * h:], b_ih[2 * h:]) + b_hh[2 * h:]
+        ctx.save_for_backward(x, w)
+        g, o = go.chunk(2, 1)
+        return i, g, o
+
+    @staticmethod
+    def backward(ctx, d_i: torch.Tensor, d_g: torch.Tensor, d_o: torch.Tensor):  # noqa: ANN205
+        x, w = ctx.saved_tensors
+        h = w.shape[0] // 4
+        d_go = torch.cat((d_g, d_o), 1)
+        d_x = d_w = d_b = None
+        if ctx.needs_input_grad[0]:
+            d_x = torch.addmm(d_go @ w[2 * h:], d_i, w[:h])
+        if ctx.needs_input_grad[1]:
+            d_w = w.new_empty(w.shape)
+            d_w[h:2 * h].zero_()
+            torch.mm(d_i.t(), x, out=d_w[:h])
+            torch.mm(d_go.t(), x, out=d_w[2 * h:])
+        if ctx.needs_input_grad[2] or ctx.needs_input_grad[3]:
+            d_b = w.new_zeros(4 * h)
+            d_b[:h] = d_i.sum(0)
+            d_b[2 * h:] = d_go.sum(0)
+        d_b_ih = d_b if ctx.needs_input_grad[2] else None
+        d_b_hh = (d_b.clone() if d_b_ih is not None else d_b) if ctx.needs_input_grad[3] else None  # own storage
+        return d_x, d_w, d_b_ih, d_b_hh
+
+
 def zero_state_cells(rnn: nn.RNNBase, x: torch.Tensor) -> torch.Tensor:
     """Final hidden states ``[layers * directions, N, H]`` of a GRU or LSTM for a one-step input ``x`` [N, 1, E]
     from a zero state, written out as cells (any device), with inter-layer dropout from ``host_dropout``."""
@@ -104,18 +141,19 @@ def zero_state_cells(rnn: nn.RNNBase, x: torch.Tensor) -> torch.Tensor:
     for layer in range(rnn.num_layers):
         outs = []
         for sfx in ("", "_reverse") if rnn.bidirectional else ("",):
-            gates = F.linear(inp, getattr(rnn, f"weight_ih_l{layer}{sfx}"), getattr(rnn, f"bias_ih_l{layer}{sfx}"))
-            hh = getattr(rnn, f"bias_hh_l{layer}{sfx}")
-            if lstm:  # c = f * 0 + i * g, h = o * tanh(c)
-                i, _f, g, o = (gates + hh).chunk(4, 1)
+            w = getattr(rnn, f"weight_ih_l{layer}{sfx}")
+            b_ih, hh = getattr(rnn, f"bias_ih_l{layer}{sfx}"), getattr(rnn, f"bias_hh_l{layer}{sfx}")
+            if lstm:  # c = f * 0 + i * g, h = o * tanh(c): the forget gate multiplies c0 = 0
+                i, g, o = _LstmGates.apply(inp, w, b_ih, hh)
                 outs.append(torch.sigmoid(o) * torch.tanh(torch.sigmoid(i) * torch.tanh(g)))
-            else:  # GRU: r and z from the input gates plus b_hh; n = tanh(i_n + r * b_hn); h = (0 - n) * z + n
-                i_r, i_z, i_n = gates.chunk(3, 1)
-                h_r, h_z, h_n = hh.chunk(3, 0)
-                r = torch.sigmoid(i_r + h_r)
-                z = torch.sigmoid(i_z + h_z)
-                n = torch.tanh(i_n + h_n * r)
-                outs.append((-n) * z + n)  # (h0 - n) * z + n with h0 = 0, as ATen's cell
+                continue
+            # GRU: r and z from the input gates plus b_hh; n = tanh(i_n + r * b_hn); h = (0 - n) * z + n
+            i_r, i_z, i_n = F.linear(inp, w, b_ih).chunk(3, 1)
+            h_r, h_z, h_n = hh.chunk(3, 0)
+            r = torch.sigmoid(i_r + h_r)
+            z = torch.sigmoid(i_z + h_z)
+            n = torch.tanh(i_n + h_n * r)
+            outs.append((-n) * z + n)  # (h0 - n) * z + n with h0 = 0, as ATen's cell
         finals += outs
         inp = torch.cat(outs, 1) if len(outs) > 1 else outs[0]
         if rnn.dropout and layer < rnn.num_layers - 1:
