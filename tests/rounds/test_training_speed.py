@@ -67,6 +67,23 @@ def test_zero_state_lstm_cells_match_nn_lstm_forward_and_gradients(bidirectional
         assert not pb.grad[hidden:2 * hidden].any(), name  # the forget gate's rows
 
 
+def test_lstm_cells_input_gradient_alone_matches_the_full_backward() -> None:
+    """FBF/PGD ask for the input's gradient only; under ``input_gradients_only`` the cells skip the parameter
+    gradients and give the same input gradient."""
+    from trojanscope.rounds.accelerator import input_gradients_only, zero_state_cells
+
+    head = _head("LstmLinear", dropout=0.0).double()
+    x = torch.randn(16, 1, 24, dtype=torch.float64, requires_grad=True)
+    (full,) = torch.autograd.grad(zero_state_cells(head.rnn, x).sum(), x)
+    with input_gradients_only():
+        out = zero_state_cells(head.rnn, x).sum()
+    (alone,) = torch.autograd.grad(out, x)
+    assert torch.equal(full, alone)
+    out = zero_state_cells(head.rnn, x).sum()  # outside the block the parameters get their gradients again
+    out.backward()
+    assert all(p.grad is not None for n, p in head.rnn.named_parameters() if "weight_hh" not in n)
+
+
 @pytest.mark.parametrize("algorithm", ["none", "fbf", "pgd"])
 def test_train_head_gru_is_bit_identical_with_and_without_the_fast_path(monkeypatch, algorithm: str) -> None:
     rng = np.random.default_rng(0)

@@ -95,6 +95,23 @@ def _dropout_forward(self: nn.Dropout, x: torch.Tensor) -> torch.Tensor:
     return host_dropout(x, self.p, self.training)
 
 
+#: Set by ``input_gradients_only``: the cells' backward computes the input's gradient alone (see there).
+_INPUT_GRAD_ONLY = False
+
+
+@contextlib.contextmanager
+def input_gradients_only() -> Iterator[None]:
+    """Within the block, forward passes through the LSTM cells record that only the input's gradient will be
+    asked for (``torch.autograd.grad(loss, x)``, as FBF/PGD do). Autograd skips parameter gradients nobody asks
+    for in its own ops, but a custom Function cannot tell, so without this it would compute them for nothing."""
+    global _INPUT_GRAD_ONLY
+    before, _INPUT_GRAD_ONLY = _INPUT_GRAD_ONLY, True
+    try:
+        yield
+    finally:
+        _INPUT_GRAD_ONLY = before
+
+
 class _LstmGates(torch.autograd.Function):
     """An LSTM cell's input (i), cell (g) and output (o) gate pre-activations from a zero state, skipping the
     forget gate's rows: its product with ``c0 = 0`` is zero, so its rows' gradients are exactly zero (as autograd
@@ -107,6 +124,7 @@ class _LstmGates(torch.autograd.Function):
         i = F.linear(x, w[:h], b_ih[:h]) + b_hh[:h]
         go = F.linear(x, w[2 * h:], b_ih[2 * h:]) + b_hh[2 * h:]
         ctx.save_for_backward(x, w)
+        ctx.parameters_need_grad = not _INPUT_GRAD_ONLY
         g, o = go.chunk(2, 1)
         return i, g, o
 
@@ -118,17 +136,17 @@ class _LstmGates(torch.autograd.Function):
         d_x = d_w = d_b = None
         if ctx.needs_input_grad[0]:
             d_x = torch.addmm(d_go @ w[2 * h:], d_i, w[:h])
-        if ctx.needs_input_grad[1]:
+        if ctx.needs_input_grad[1] and ctx.parameters_need_grad:
             d_w = w.new_empty(w.shape)
             d_w[h:2 * h].zero_()
             torch.mm(d_i.t(), x, out=d_w[:h])
             torch.mm(d_go.t(), x, out=d_w[2 * h:])
-        if ctx.needs_input_grad[2] or ctx.needs_input_grad[3]:
+        if (ctx.needs_input_grad[2] or ctx.needs_input_grad[3]) and ctx.parameters_need_grad:
             d_b = w.new_zeros(4 * h)
             d_b[:h] = d_i.sum(0)
             d_b[2 * h:] = d_go.sum(0)
-        d_b_ih = d_b if ctx.needs_input_grad[2] else None
-        d_b_hh = (d_b.clone() if d_b_ih is not None else d_b) if ctx.needs_input_grad[3] else None  # own storage
+        d_b_ih = d_b if d_b is not None and ctx.needs_input_grad[2] else None
+        d_b_hh = None if d_b is None or not ctx.needs_input_grad[3] else d_b.clone() if d_b_ih is not None else d_b
         return d_x, d_w, d_b_ih, d_b_hh
 
 

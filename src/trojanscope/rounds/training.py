@@ -28,7 +28,13 @@ from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
 from trojanscope.rounds import accelerator
-from trojanscope.rounds.accelerator import model_device, on_device, training_device, zero_state_cells
+from trojanscope.rounds.accelerator import (
+    input_gradients_only,
+    model_device,
+    on_device,
+    training_device,
+    zero_state_cells,
+)
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,8 @@ def _perturb(
     was_training = model.training
     for _ in range(steps):
         delta.requires_grad_(True)
-        loss = F.cross_entropy(model(x + delta), y)
+        with input_gradients_only():
+            loss = F.cross_entropy(model(x + delta), y)
         (grad,) = torch.autograd.grad(loss, delta)
         delta = torch.maximum(torch.minimum(delta.detach() + step * grad.sign(), eps), -eps)
     model.train(was_training)
