@@ -79,8 +79,9 @@ def _perturb(
 #: Whether ``train_head`` runs GRU heads through ``_zero_state_gru`` (tests turn it off to compare with nn.GRU).
 FAST_GRU = True
 #: Whether it runs LSTM heads through the same zero-state cells: not bit for bit (``torch.lstm`` sums the gate
-#: products in another order; outputs differ by about 1e-7 per step) but three times faster per step on a CPU
-#: (``benchmarks/head_training.py``), so CPU-built LSTM heads match builds before it within float tolerance.
+#: products in another order, and the cells skip the forget gate, whose product with ``c0 = 0`` is zero) but about
+#: twice as fast per epoch on a CPU (``benchmarks/head_training.py``: 1.86 -> 0.99 s), so CPU-built LSTM heads
+#: match builds before it within float tolerance.
 FAST_LSTM = True
 
 
@@ -114,7 +115,7 @@ def _fast_path_applies(model: nn.Module) -> bool:
 @contextlib.contextmanager
 def zero_state_heads(model: nn.Module) -> Iterator[nn.Module]:
     """Within the block, a GRU head answers one-step inputs through ``_zero_state_gru`` (same bits, less work), and
-    an LSTM head through the same cells (``FAST_LSTM``: within float tolerance, a third of the time); any other
+    an LSTM head through the same cells (``FAST_LSTM``: within float tolerance, half the time); any other
     model or input shape goes through its own forward."""
     if not _fast_path_applies(model):
         yield model
@@ -184,7 +185,7 @@ def train_head(
 
     ``regulariser(model)``, when given, is added to every step's loss (evasive training's terms). GRU and LSTM
     heads train through ``zero_state_heads`` (GRU: the same bits with a third less work per step; LSTM: within
-    float tolerance, a third of the time). Heads train on
+    float tolerance, half the time). Heads train on
     ``training_device()`` (``TROJANSCOPE_TRAIN_DEVICE``; ``rounds/accelerator.py``) and come back on the CPU;
     a regularised head (evasive rounds: its terms hold CPU tensors of the reference) trains on the CPU.
     """
