@@ -133,20 +133,23 @@ class _LstmGates(torch.autograd.Function):
         x, w = ctx.saved_tensors
         h = w.shape[0] // 4
         d_go = torch.cat((d_g, d_o), 1)
-        d_x = d_w = d_b = None
-        if ctx.needs_input_grad[0]:
+        need_x, need_w, need_b_ih, need_b_hh = ctx.needs_input_grad
+        if not ctx.parameters_need_grad:
+            need_w = need_b_ih = need_b_hh = False
+        d_x = d_w = d_b_ih = d_b_hh = None
+        if need_x:
             d_x = torch.addmm(d_go @ w[2 * h:], d_i, w[:h])
-        if ctx.needs_input_grad[1] and ctx.parameters_need_grad:
+        if need_w:
             d_w = w.new_empty(w.shape)
             d_w[h:2 * h].zero_()
             torch.mm(d_i.t(), x, out=d_w[:h])
             torch.mm(d_go.t(), x, out=d_w[2 * h:])
-        if (ctx.needs_input_grad[2] or ctx.needs_input_grad[3]) and ctx.parameters_need_grad:
+        if need_b_ih or need_b_hh:  # both biases get the same gradient, each in its own tensor
             d_b = w.new_zeros(4 * h)
             d_b[:h] = d_i.sum(0)
             d_b[2 * h:] = d_go.sum(0)
-        d_b_ih = d_b if d_b is not None and ctx.needs_input_grad[2] else None
-        d_b_hh = None if d_b is None or not ctx.needs_input_grad[3] else d_b.clone() if d_b_ih is not None else d_b
+            d_b_ih = d_b if need_b_ih else None
+            d_b_hh = (d_b.clone() if need_b_ih else d_b) if need_b_hh else None
         return d_x, d_w, d_b_ih, d_b_hh
 
 
