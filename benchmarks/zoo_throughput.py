@@ -55,6 +55,8 @@ def main() -> None:
     ap.add_argument("--report-only", action="store_true", help="build nothing; report on the zoo in --out")
     ap.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto: where heads train and the encoder "
                     "runs (default: the environment's TROJANSCOPE_TRAIN_DEVICE / TROJANSCOPE_ENCODER_DEVICE, else cpu)")
+    ap.add_argument("--cuda-mps", default=None, choices=("auto", "on", "off"), help="workers share the GPU through "
+                    "a private MPS daemon (as zoo make --cuda-mps; default: TROJANSCOPE_CUDA_MPS, else auto)")
     ap.add_argument("--seconds", type=float, default=None, help="stop building after this many seconds and report "
                     "on the models finished by then")
     args = ap.parse_args()
@@ -83,6 +85,7 @@ def main() -> None:
             data_root=args.data_root,
             cache_path=args.cache,
             progress=True,
+            cuda_mps=args.cuda_mps,
         )
     except KeyboardInterrupt:
         wall = time.perf_counter() - t0

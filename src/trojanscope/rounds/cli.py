@@ -40,6 +40,13 @@ def make(
              "same draw within float tolerance (docs/cluster.md). TROJANSCOPE_ENCODER_DEVICE, when set, still "
              "places the encoder.",
     ),
+    cuda_mps: str = typer.Option(
+        "auto", "--cuda-mps", envvar="TROJANSCOPE_CUDA_MPS",
+        help="auto, on or off: local workers training on one CUDA GPU share it through a private NVIDIA MPS daemon "
+             "(started for the build, stopped after) so their kernels run side by side instead of time-sliced. "
+             "auto: when nvidia-cuda-mps-control is installed and no daemon is configured; on: or fail. Models are "
+             "the same either way.",
+    ),
     first_index: int = typer.Option(
         0, "--first-index",
         help="First model index (id-NNNNNNNN) of the split's seeded stream. Model i is the same model in "
@@ -90,6 +97,7 @@ def make(
             on_encode=None if quiet else _say_encoding,
             keep_failed=keep_failed,
             first_index=first_index,
+            cuda_mps=cuda_mps,
         )
     except KeyboardInterrupt:
         typer.echo(INTERRUPTED, err=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import sys
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,8 +25,10 @@ import pandas as pd
 from trojanscope.errors import ConfigError
 from trojanscope.fsutil import atomic_write_text, check_writable_dir
 from trojanscope.models.layout import list_model_dirs
+from trojanscope.rounds.accelerator import training_device
 from trojanscope.rounds.executor import make_executor
 from trojanscope.rounds.factors import is_matched, model_index
+from trojanscope.rounds.gpu_sharing import mps_setting, shared_gpu
 from trojanscope.rounds.modalities import ROUND_MODALITIES, RoundModality, round_modality
 from trojanscope.rounds.outcome import BuildOutcome, Timing
 from trojanscope.rounds.preset import SPLITS, AnyPreset, load_preset
@@ -40,6 +43,7 @@ class ZooResult:
     built: list[BuildOutcome] = field(default_factory=list)
     skipped: int = 0
     pool_encode: Timing = field(default_factory=Timing)
+    gpu_sharing: str = ""  # how local GPU workers shared the GPU (rounds/gpu_sharing.py); "" when not considered
     metadata: pd.DataFrame | None = None
 
 
@@ -163,6 +167,7 @@ def make_zoo(
     on_encode: Callable[[int, str, Path], None] | None = None,
     keep_failed: bool = False,
     first_index: int = 0,
+    cuda_mps: str | None = None,
 ) -> ZooResult:
     """Generate (or resume) ``count`` models of ``split`` from a preset into ``out``: models
     ``first_index`` .. ``first_index + count - 1`` of the split's seeded stream (model *i* is the same model
@@ -174,6 +179,8 @@ def make_zoo(
     ``out/replacements.log``). ``keep_failed`` keeps it in the release instead, marked ``converged = False``.
     ``on_encode(n, encoder, cache_file)`` is called before the clean texts not yet in the embedding
     cache are encoded (the long first-run step of a text preset); never when all are cached.
+    ``cuda_mps`` (auto, on, off; default ``TROJANSCOPE_CUDA_MPS``, else auto): whether local workers training on a
+    CUDA GPU share it through a private MPS daemon (``rounds/gpu_sharing.py``).
     """
     from trojanscope.settings import data_root as resolve_data_root
 
@@ -185,6 +192,7 @@ def make_zoo(
         raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
     if first_index < 0:
         raise ConfigError(f"--first-index must be 0 or more, got {first_index}")
+    cuda_mps = mps_setting(cuda_mps)
     preset, raw = load_preset(preset_name)
     if is_matched(preset) and first_index % 2:
         raise ConfigError(f"{preset.name} draws matched pairs (models 2k and 2k+1): --first-index must be even, "
@@ -199,7 +207,7 @@ def make_zoo(
     try:
         return _make(preset, raw, split, indices, out, root, workers=workers, cache_path=cache_path,
                      executor=executor, progress=progress, on_model=on_model, on_encode=on_encode,
-                     keep_failed=keep_failed)
+                     keep_failed=keep_failed, cuda_mps=cuda_mps)
     except BaseException:
         if fresh:
             _undo_new_zoo(out, created)
@@ -209,7 +217,7 @@ def make_zoo(
 def _make(preset: AnyPreset, raw: str, split: str, indices: range, out: Path, root: Path, *, workers: int,
           cache_path: Path | str | None, executor: str, progress: bool,
           on_model: Callable[[BuildOutcome], None] | None, on_encode: Callable[[int, str, Path], None] | None,
-          keep_failed: bool) -> ZooResult:
+          keep_failed: bool, cuda_mps: str) -> ZooResult:
     """make_zoo's work once its arguments are checked and ``out`` exists."""
     models_dir = out / "models"
     models_dir.mkdir(exist_ok=True)
@@ -227,12 +235,18 @@ def _make(preset: AnyPreset, raw: str, split: str, indices: range, out: Path, ro
     result = ZooResult(out=out, skipped=len(indices) - len(todo))
 
     if todo:
-        modality = round_modality(preset.modality, f"preset {preset.name}")
-        shipped, result.pool_encode = modality.prepare(preset, root, cache_path=cache_path, executor=executor,
-                                                       progress=progress, on_encode=on_encode)
-        ex = make_executor(executor, workers, init=_worker_init,
-                           init_args=(modality, preset, str(models_dir), shipped))
-        _run(ex, todo, result, out, preset, split, progress, on_model)
+        # started before the pool's encoding, so this process is a client of the daemon like its workers
+        with shared_gpu(cuda_mps, executor=executor, workers=min(workers, len(todo)),
+                        train_device=str(training_device())) as sharing:
+            if sharing and progress:
+                print(sharing, file=sys.stderr)
+            result.gpu_sharing = sharing
+            modality = round_modality(preset.modality, f"preset {preset.name}")
+            shipped, result.pool_encode = modality.prepare(preset, root, cache_path=cache_path, executor=executor,
+                                                           progress=progress, on_encode=on_encode)
+            ex = make_executor(executor, workers, init=_worker_init,
+                               init_args=(modality, preset, str(models_dir), shipped))
+            _run(ex, todo, result, out, preset, split, progress, on_model)
     result.metadata = write_metadata(out)
     return result
 
