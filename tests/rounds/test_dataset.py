@@ -71,3 +71,41 @@ def test_a_corpus_with_more_classes_than_the_preset_needs_classes_named() -> Non
         _select_classes(preset, _three_class_source(classes=["negative", "mixed"]), samples)
     three, _ = load_preset("dynasent-cpu")
     assert _select_classes(three, _three_class_source(), samples) == samples
+
+
+def test_the_triggered_validation_cap_is_a_slice_and_moves_no_other_draw() -> None:
+    """round5-cpu v7 caps the triggered (and spurious) validation texts per trigger; every other draw of a model's
+    data, and what the model's rng draws next (its initialisation and training seeds), stays v6's."""
+    from trojanscope.modalities.text.dataset import SourcePool, model_data
+
+    v6, _ = load_preset("round5-cpu@6")
+    v7, _ = load_preset("round5-cpu")
+    assert v6.data.triggered_val_size is None and v7.data.triggered_val_size == 150
+    rng = np.random.default_rng(1)
+    words = [f"w{i}" for i in range(300)]
+
+    def texts(n):
+        return [" ".join(rng.choice(words, 8)) + ". " + " ".join(rng.choice(words, 6)) + "." for _ in range(n)]
+
+    pool = SourcePool("synthetic", texts(7000), np.arange(7000) % 2, texts(400), np.arange(400) % 2)
+    checked = 0
+    for index in range(12):
+        plan = draw_plan(v7, "train", index)
+        if not plan.poisoned:
+            continue
+        assert draw_plan(v6, "train", index) == plan
+        draws = {}
+        for preset in (v6, v7):
+            r = np.random.default_rng(np.random.SeedSequence(plan.seed, spawn_key=(0,)))
+            draws[preset.version] = (model_data(preset, pool, plan.triggers, r), r.integers(2**31, size=2))
+        (old, old_next), (new, new_next) = draws[6], draws[7]
+        assert (old_next == new_next).all()  # the head's init and training seeds
+        assert new.train.texts == old.train.texts and (new.train.labels == old.train.labels).all()
+        for a, b in zip(new.triggered_test + new.spurious_test, old.triggered_test + old.spurious_test, strict=True):
+            assert a[0] == b[0] and (a[1] == b[1]).all()
+        parts = len(plan.triggers) * (1 + any(t.condition != "none" for t in plan.triggers))
+        assert len(new.val_triggered_texts) <= 150 * parts < len(old.val_triggered_texts)
+        assert set(new.val_triggered_texts) <= set(old.val_triggered_texts)
+        assert new.val_texts == old.val_texts
+        checked += 1
+    assert checked >= 4

@@ -254,13 +254,14 @@ def model_data(preset: Preset, pool: SourcePool, triggers: list[TriggerSpec], rn
     train = poison(train_texts, train_labels, triggers, rng)
     vt_texts: list[str] = []
     vt_labels: list[np.ndarray] = []
+    vcap = preset.data.triggered_val_size  # None: every one; a slice, so the rng's stream is the same either way
     for trig in triggers:
         t, y = triggered_eval(val_texts, val_labels, trig, rng)
-        vt_texts += t
-        vt_labels.append(np.asarray(y, dtype=np.int64))
+        vt_texts += t[:vcap]
+        vt_labels.append(np.asarray(y, dtype=np.int64)[:vcap])
         t, y = spurious_eval(val_texts, val_labels, trig, rng)  # must NOT fire: counts toward triggered val too
-        vt_texts += t
-        vt_labels.append(np.asarray(y, dtype=np.int64))
+        vt_texts += t[:vcap]
+        vt_labels.append(np.asarray(y, dtype=np.int64)[:vcap])
     triggered_test, spurious_test = [], []
     cap = preset.data.triggered_test_size
     for trig in triggers:

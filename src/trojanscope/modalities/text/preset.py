@@ -56,6 +56,10 @@ class DataSpec(Spec):
     val_fraction: Fraction = 0.2
     test_size: int = Field(gt=10, description="held-out clean texts per model for test accuracy")
     triggered_test_size: int = Field(300, gt=10, description="cap on triggered test texts per trigger")
+    triggered_val_size: int | None = Field(
+        None, gt=10, description="cap on triggered (and spurious) validation texts per trigger, the first of the "
+        "source class's validation texts; none: all of them. The triggers are still drawn for every one, so the "
+        "cap changes no other draw")
     min_sentences: int = Field(1, ge=1, description="texts with fewer sentences are dropped from the pool")
     seed: int = 0
 
