@@ -170,9 +170,13 @@ def test_shipped_dynasent_is_matched_and_its_v4_still_draws_independently() -> N
 def test_shipped_round5_cpu_is_matched_with_one_attempt_and_its_v5_still_loads() -> None:
     """v6: pairs share their non-trigger factors, a miss is a redraw rather than a retry inside the model
     (trojaned models retried more often, so attempts and summed training time told the label), and the
-    one2one fraction 0.1 (where word triggers missed the bar most) is gone; the evasive twin follows."""
+    one2one fraction 0.1 (where word triggers missed the bar most) is gone; the evasive twin follows. v7 keeps all
+    of it and caps the logged triggered validation set (tests/rounds/test_dataset.py)."""
     new, old = load_preset("round5-cpu")[0], load_preset("round5-cpu@5")[0]
-    assert (new.version, new.design, new.training.max_attempts) == (6, "matched-pairs", 1)
+    assert (new.version, new.design, new.training.max_attempts) == (7, "matched-pairs", 1)
+    v6 = load_preset("round5-cpu@6")[0]
+    assert (v6.version, v6.design, v6.training.max_attempts, v6.data.triggered_val_size) == (6, "matched-pairs", 1,
+                                                                                             None)
     assert (old.version, old.design, old.training.max_attempts) == (5, "independent", 3)
     assert min(new.triggers.fraction) == 0.2 and min(old.triggers.fraction) == 0.1
     evasive = load_preset("round5-cpu-evasive")[0]

@@ -88,21 +88,22 @@ def explain_text(inputs: ModelInputs, probability: float | None = None, *, top_k
     ease: dict[tuple[int, int], float] = {}
     ranked = _search(ctx, delta, check, ref, ease)
     texts = _example_texts(inputs)
+    seen: dict[tuple[str, ...], tuple] = {}  # one unit in one class's texts is encoded once, whatever the target
     checked = []
     for k, s, t in ranked:
         text, kind = cands[k][1], KINDS[int(kinds[k])]
-        checked.append(_check(ctx, texts, text, kind, s, t, ref))
+        checked.append(_check(ctx, texts, text, kind, s, t, ref, seen))
     if _token_search_on():
         for s, t in _token_directions(ctx, texts, ranked, ease, ref):
             for seed in range(TOKEN_SEEDS):
                 found = token_search(ctx, texts.get(s, []), s, t, ref, seed=seed)
                 if found:
-                    checked.append(_check(ctx, texts, found.text, "tokens", s, t, ref))
+                    checked.append(_check(ctx, texts, found.text, "tokens", s, t, ref, seen))
     checked.sort(key=lambda c: (-(c.attack_success - (c.reference_success or 0.0)), -c.attack_success,
                                 -sum(c.per_position.values())))
     best = [c for c in _dedupe(checked) if c.attack_success > 0][:top_k]
     if best:
-        best[0] = _widen_source(ctx, texts, best[0], ref)
+        best[0] = _widen_source(ctx, texts, best[0], ref, seen)
     return Explanation(probability=probability, target_class=best[0].target_class if best else None,
                        source_class=best[0].source_class if best else None, triggers=best, modality="text",
                        n_examples=len(texts), seconds=time.perf_counter() - t0, detector=detector)
@@ -164,23 +165,29 @@ def _example_texts(inputs: ModelInputs) -> dict[int, list[str]]:
     return out
 
 
-def _flip_rate(ctx: Any, texts: list[str], target: int, ref: Any = None) -> tuple[float, float | None]:
-    """The head's flip rate to ``target`` on ``texts``, and the reference's (None without one)."""
+def _flip_rate(ctx: Any, texts: list[str], target: int, ref: Any = None,
+               seen: dict[tuple[str, ...], tuple] | None = None) -> tuple[float, float | None]:
+    """The head's flip rate to ``target`` on ``texts``, and the reference's (None without one). ``seen`` keeps each
+    list's answers (the same texts in the same order are the same encoder call, so the same answers, bit for bit)."""
     from trojanscope.encoders import encode_cached
 
     if not texts:
         return float("nan"), None
-    v = np.asarray(encode_cached(ctx.encoder, texts, None), dtype=np.float32)
-    head = float((ctx.predict(v) == target).mean())
-    return head, None if ref is None else float((ref.predict(v) == target).mean())
+    seen = {} if seen is None else seen
+    key = tuple(texts)
+    if key not in seen:
+        v = np.asarray(encode_cached(ctx.encoder, texts, None), dtype=np.float32)
+        seen[key] = (ctx.predict(v), None if ref is None else ref.predict(v))
+    head_pred, ref_pred = seen[key]
+    return float((head_pred == target).mean()), None if ref_pred is None else float((ref_pred == target).mean())
 
 
 def _check(ctx: Any, texts: dict[int, list[str]], unit: str, kind: str, s: int, t: int,
-           ref: Any = None) -> TriggerCandidate:
+           ref: Any = None, seen: dict[tuple[str, ...], tuple] | None = None) -> TriggerCandidate:
     """Attack success of ``unit`` on the source class's clean texts, inserted at every position (and the
     reference's, where ``ref`` is given)."""
     halves = triggered_by_half(texts.get(s, []), unit)
-    both = {h: _flip_rate(ctx, halves[h], t, ref) for h in POSITIONS if halves[h]}
+    both = {h: _flip_rate(ctx, halves[h], t, ref, seen) for h in POSITIONS if halves[h]}
     per = {h: r[0] for h, r in both.items()}
     n = sum(len(halves[h]) for h in per)
     overall = sum(per[h] * len(halves[h]) for h in per) / n if n else 0.0
@@ -196,12 +203,14 @@ def _check(ctx: Any, texts: dict[int, list[str]], unit: str, kind: str, s: int, 
                             reference_success=reference)
 
 
-def _widen_source(ctx: Any, texts: dict[int, list[str]], best: TriggerCandidate, ref: Any = None) -> TriggerCandidate:
+def _widen_source(ctx: Any, texts: dict[int, list[str]], best: TriggerCandidate, ref: Any = None,
+                  seen: dict[tuple[str, ...], tuple] | None = None) -> TriggerCandidate:
     """With more than two classes: a trigger that flips every other class to the target has no one source."""
     others = [c for c in texts if c not in (best.target_class, best.source_class)]
     if not others:
         return best
-    rates = [_check(ctx, texts, best.text, best.kind, c, best.target_class, ref).attack_success for c in others]
+    rates = [_check(ctx, texts, best.text, best.kind, c, best.target_class, ref, seen).attack_success
+             for c in others]
     if all(r >= 0.5 for r in rates):
         return TriggerCandidate(**{**best.__dict__, "source_class": None})
     return best
