@@ -9,9 +9,9 @@ in 5.8 s instead of 9.5 s.
 
 - ``auto`` (default): when heads train on a CUDA GPU in two or more local worker processes, start a private MPS
   control daemon for the build (its pipe and log folders in a fresh temp folder, so only this build's workers
-  connect to it) and stop it afterwards. Nothing happens when the ``nvidia-cuda-mps-control`` program is not
-  installed, when a daemon is already configured (``CUDA_MPS_PIPE_DIRECTORY`` set, or the default pipe folder
-  ``/tmp/nvidia-mps`` holds one), or when it fails to start (one warning line, and the build goes on without).
+  connect to it) and stop it afterwards. A daemon already configured (``CUDA_MPS_PIPE_DIRECTORY`` set, or the
+  default pipe folder ``/tmp/nvidia-mps`` holds one) is used as it is. Without the ``nvidia-cuda-mps-control``
+  program, or when the daemon fails to start (one warning line), the build goes on time-sliced.
 - ``on``: the same, but a build that cannot have MPS stops with an error instead.
 - ``off``: never.
 

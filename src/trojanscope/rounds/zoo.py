@@ -43,7 +43,6 @@ class ZooResult:
     built: list[BuildOutcome] = field(default_factory=list)
     skipped: int = 0
     pool_encode: Timing = field(default_factory=Timing)
-    gpu_sharing: str = ""  # how local GPU workers shared the GPU (rounds/gpu_sharing.py); "" when not considered
     metadata: pd.DataFrame | None = None
 
 
@@ -235,12 +234,11 @@ def _make(preset: AnyPreset, raw: str, split: str, indices: range, out: Path, ro
     result = ZooResult(out=out, skipped=len(indices) - len(todo))
 
     if todo:
-        # started before the pool's encoding, so this process is a client of the daemon like its workers
+        # before the pool's encoding and the workers' spawn: every CUDA context made after this sees the daemon
         with shared_gpu(cuda_mps, executor=executor, workers=min(workers, len(todo)),
                         train_device=str(training_device())) as sharing:
             if sharing and progress:
                 print(sharing, file=sys.stderr)
-            result.gpu_sharing = sharing
             modality = round_modality(preset.modality, f"preset {preset.name}")
             shipped, result.pool_encode = modality.prepare(preset, root, cache_path=cache_path, executor=executor,
                                                            progress=progress, on_encode=on_encode)
