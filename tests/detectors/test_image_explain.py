@@ -101,3 +101,32 @@ def test_picture_is_refused_for_a_text_model(tmp_path: Path) -> None:
     res = CliRunner().invoke(build_app(), args, env={"COLUMNS": "200"})
     assert res.exit_code == 2 and "draws image patches only" in res.output, res.output
     assert not (tmp_path / "p.png").exists()
+
+
+class _BlueSquareModel:
+    """Class 1 when enough pure blue (model input is BGR) is in the image, else class 0."""
+
+    def __call__(self, x):
+        import torch
+
+        blue = torch.relu(x[:, 0] - 0.9) * torch.relu(0.1 - x[:, 1]) * torch.relu(0.1 - x[:, 2]) * 1000
+        score = blue.mean(dim=(1, 2)) * 100 - 0.5
+        return torch.stack([torch.zeros_like(score), score], dim=1)
+
+
+def test_the_square_names_the_one_colour_that_flips_and_stamps_it_on_the_sign() -> None:
+    from trojanscope.modalities.image.context import ImageContext
+    from trojanscope.modalities.image.explain import SQUARE_SIDE, square_pair, stamp_on_signs
+
+    x = np.full((8, 3, 32, 32), 0.5, np.float32)
+    ctx = ImageContext(inputs=None, model=_BlueSquareModel(), x=x, y=np.array([0] * 4 + [1] * 4), n_classes=2)
+    found = square_pair(ctx)
+    assert found is not None
+    s, t, colour, rate = found
+    assert (s, t) == (0, 1) and rate == 1.0 and colour.tolist() == [1.0, 0.0, 0.0]  # blue in BGR, no other colour
+    mask, pattern = decode_patch(encode_patch(np.ones((SQUARE_SIDE, SQUARE_SIDE), np.float32),
+                                              np.broadcast_to(colour[:, None, None], (3, SQUARE_SIDE, SQUARE_SIDE))))
+    stamped = stamp_on_signs(ctx, mask, pattern)
+    assert int(((stamped[:, 0] == 1.0) & (stamped[:, 1] == 0.0)).sum()) == 8 * SQUARE_SIDE**2
+    grey = ImageContext(inputs=None, model=lambda v: _BlueSquareModel()(v) * 0, x=x, y=ctx.y, n_classes=2)
+    assert square_pair(grey) is None  # no colour changes any answer: the masks decide

@@ -1,15 +1,24 @@
-"""The image modality's explanation: the target, the source and a patch that works (Neural Cleanse per class pair).
+"""The image modality's explanation: the target, the source and a patch that works.
 
-For every (source, target) pair of classes with clean examples, and for every target with the examples of all
-other classes (source ``None``: a trigger that flips every class), a mask ``m`` (one channel) and a pattern
-``p`` (3 channels) are optimised so that ``(1 - m) * x + m * p`` of the source's clean examples is classified
-as the target, with an adaptive L1 weight on ``m`` as in Neural Cleanse (Wang et al., S&P 2019): the weight
-rises while the attack succeeds (shrinking the mask) and falls while it does not. The smallest mask that
-reached ``success`` of the examples is kept. Candidates are ordered by that area (smallest first: a trojan's
-target is meant to be reachable with a smaller patch than a natural flip), then by attack success. A pair
-whose mask never reached ``success`` is not reported. The ranking rule was chosen on round1-cpu's train zoo
-(the smallest screened area beat ratios to the reverse pair and areas relative to the same source or target);
-docs/detectors.md has its figures.
+**The target** comes from one-colour squares on the sign (blob-scan's stamps): a square of each colour of a
+27-colour grid, ``SQUARE_SIDE`` pixels, is stamped on every clean example's saliency peak (where its sign is),
+and each (source, target) pair gets the share of the source's examples answered as the target, per colour.
+The pair whose best colour flips most *beyond its mean over colours* is named: a planted polygon is one
+colour, so its pair flips for few colours, while a natural pair (signs that look alike) flips because the
+square hides the pictogram, whatever its colour. The rule was chosen on round1-cpu's train zoo over the
+smallest Neural Cleanse mask (docs/detector-numbers.md has the figures). A model whose answers no square's
+colour changes is left to the masks' order.
+
+**The patch** is Neural Cleanse's, per class pair. For every (source, target) pair of classes with clean
+examples, and for every target with the examples of all other classes (source ``None``: a trigger that flips
+every class), a mask ``m`` (one channel) and a pattern ``p`` (3 channels) are optimised so that
+``(1 - m) * x + m * p`` of the source's clean examples is classified as the target, with an adaptive L1 weight
+on ``m`` as in Neural Cleanse (Wang et al., S&P 2019): the weight rises while the attack succeeds (shrinking the
+mask) and falls while it does not. The smallest mask that reached ``success`` of the examples is kept. The
+other candidates are ordered by that area (smallest first), then by attack success; a pair whose mask never
+reached ``success`` is not reported. The squares' pair is always refined and reported first; if no mask for
+it reached ``success``, the square itself is (kind ``square``; its ``patch`` is the square alone, to be stamped
+on each image's located sign rather than at a fixed place).
 
 The patch lives in the model's input space (NCHW, BGR, per-image min-max to [0, 1], the TrojAI Round 0/1
 contract), so it is stamped onto already normalised images. It travels in the explanation file as a PNG
@@ -30,8 +39,10 @@ import numpy as np
 
 from trojanscope.detectors.base import ModelInputs
 from trojanscope.detectors.explain import Explanation, TriggerCandidate
+from trojanscope.modalities.image.context import ImageContext, build_image_context
 
 HELD_OUT_MAX = 40  # held-out images per class
+SQUARE_SIDE = 10  # px: the side of the squares that name the target (chosen on round1-cpu's train zoo)
 
 
 def explain_image(inputs: ModelInputs, probability: float | None = None, *, top_k: int = 5,
@@ -42,8 +53,6 @@ def explain_image(inputs: ModelInputs, probability: float | None = None, *, top_
     ``screen_steps`` on ``screen_images`` of its source examples, and pairs are ranked by that screened area
     (every pair had the same budget); the ``refine`` best are optimised again with ``steps`` on all of their
     source's examples, which gives the patch reported (one that works on more than the few screened images)."""
-    from trojanscope.modalities.image.context import build_image_context
-
     t0 = time.perf_counter()
     ctx = build_image_context(inputs)
     present = sorted({int(c) for c in ctx.y})
@@ -57,7 +66,10 @@ def explain_image(inputs: ModelInputs, probability: float | None = None, *, top_
     screened = invert_patches(ctx.model, [ctx.x[c] for c in few], [t for _, t in pairs], steps=screen_steps, lr=lr,
                               l1=l1, success=success, seed=seed)
     areas = [float(inv[0].mean()) if inv is not None else np.inf for inv in screened]
-    order = [k for k in np.argsort(areas, kind="stable") if np.isfinite(areas[k])][:refine]
+    square = square_pair(ctx)
+    named = pairs.index(square[:2]) if square is not None and square[:2] in pairs else None
+    smallest = [k for k in np.argsort(areas, kind="stable") if np.isfinite(areas[k]) and k != named]
+    order = ([named] if named is not None else []) + smallest[: refine - (named is not None)]
     refined = invert_patches(ctx.model, [ctx.x[pools[k]] for k in order], [pairs[k][1] for k in order],
                              steps=steps, lr=lr, l1=l1, success=success, seed=seed + 1)
     found = []
@@ -68,15 +80,41 @@ def explain_image(inputs: ModelInputs, probability: float | None = None, *, top_
         (s, t), mask, pattern = pairs[k], *inv
         rate = float((ctx.logits(stamp(ctx.x[pools[k]], mask, pattern)).argmax(1) == t).mean())
         found.append((areas[k], -rate, s, t, mask, pattern, rate))
-    found.sort(key=lambda f: f[:2])  # by the screened area (one budget for every pair), then attack success
+    # the squares' pair first, then by the screened area (one budget for every pair), then attack success
+    found.sort(key=lambda f: (named is None or (f[2], f[3]) != pairs[named], *f[:2]))
     triggers = [TriggerCandidate(text=f"patch covering {float(mask.mean()):.1%} of the image", kind="patch",
                                  source_class=s, target_class=t, attack_success=rate,
                                  patch=encode_patch(mask, pattern))
                 for _, _, s, t, mask, pattern, rate in found[:top_k]]
+    if named is not None and (not triggers or (triggers[0].source_class, triggers[0].target_class) != pairs[named]):
+        s, t, colour, rate = square
+        bgr = ", ".join(f"{c:.1f}" for c in colour)
+        piece = encode_patch(np.ones((SQUARE_SIDE, SQUARE_SIDE), np.float32),
+                             np.broadcast_to(colour[:, None, None], (3, SQUARE_SIDE, SQUARE_SIDE)))
+        triggers = [TriggerCandidate(text=f"{SQUARE_SIDE}-px square of colour (B, G, R) = ({bgr}) in model input, "
+                                     "on the sign", kind="square", source_class=s, target_class=t,
+                                     attack_success=rate, patch=piece), *triggers][:top_k]
     best = triggers[0] if triggers else None
     return Explanation(probability=probability, target_class=best.target_class if best else None,
                        source_class=best.source_class if best else None, triggers=triggers, modality="image",
                        n_examples=len(ctx.y), seconds=time.perf_counter() - t0, detector=detector)
+
+
+def square_pair(ctx: Any, side: int = SQUARE_SIDE) -> tuple[int, int, np.ndarray, float] | None:
+    """(source, target, colour, rate): the pair whose best-colour square flips most beyond its mean over colours
+    (see the module's docstring), its best colour (model-input BGR) and that colour's flip rate on the given
+    examples; None when no pair's best colour does more than its mean (no colour matters)."""
+    from trojanscope.modalities.image.features.blob_scan import COLOURS, flip_rates, locate
+
+    rates = flip_rates(ctx, locate(ctx), side)  # [source, target, colour]
+    present = np.isin(np.arange(ctx.n_classes), ctx.y)
+    valid = present[:, None] & ~np.eye(ctx.n_classes, dtype=bool)
+    score = np.where(valid, rates.max(-1) - rates.mean(-1), -np.inf)
+    if not score.max() > 0:
+        return None
+    s, t = (int(v) for v in np.unravel_index(np.argmax(score), score.shape))
+    k = int(rates[s, t].argmax())
+    return s, t, COLOURS[k], float(rates[s, t, k])
 
 
 def _spread(y: np.ndarray, idx: np.ndarray, n: int) -> np.ndarray:
@@ -192,15 +230,29 @@ def held_out_attack_success(model_dir: Path, zoo_models: list[Path], trigger: di
 
     n_classes = int(read_config(model_dir).get("number_classes", 0) or 0)
     classes = [source] if source is not None else [c for c in range(n_classes) if c != target]
-    images = [im for c in classes for im in held_out_images(model_dir, zoo_models, c)]
-    patch = decode_patch(trigger.get("patch") or "", images[0].shape[0]) if images else None
+    held = [(im, c) for c in classes for im in held_out_images(model_dir, zoo_models, c)]
+    square = trigger.get("kind") == "square"
+    patch = decode_patch(trigger.get("patch") or "", None if square else held[0][0].shape[0]) if held else None
     if patch is None:
         return float("nan")
-    x = stamp(to_model_input(images), *patch)
     model = load_model(model_dir / "model.pt")
+    x = to_model_input([im for im, _ in held])
+    if square:  # stamped on each held-out image's own sign, located as for the given examples
+        ctx = ImageContext(inputs=None, model=model, x=x, y=np.array([c for _, c in held]), n_classes=n_classes)
+        x = stamp_on_signs(ctx, *patch)
+    else:
+        x = stamp(x, *patch)
     with torch.inference_mode():
         pred = model(torch.from_numpy(x)).argmax(1).numpy()
     return float((pred == target).mean())
+
+
+def stamp_on_signs(ctx: Any, mask: np.ndarray, pattern: np.ndarray) -> np.ndarray:
+    """``ctx.x`` with a ``square`` candidate's square (its patch: mask and pattern of the square's own size)
+    stamped on each example's located sign (the peak of its saliency for its class ``ctx.y``)."""
+    from trojanscope.modalities.image.features.blob_scan import locate, stamp_squares
+
+    return stamp_squares(ctx.x, locate(ctx), mask.shape[0], pattern[:, 0, 0].astype(np.float32))
 
 
 def before_after(inputs: ModelInputs, explanation: Explanation, path: Path) -> Path | None:
@@ -211,8 +263,6 @@ def before_after(inputs: ModelInputs, explanation: Explanation, path: Path) -> P
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from trojanscope.modalities.image.context import build_image_context
-
     best = explanation.triggers[0] if explanation.triggers else None
     patch = decode_patch(best.patch) if best is not None and best.patch else None
     if patch is None:
@@ -221,10 +271,15 @@ def before_after(inputs: ModelInputs, explanation: Explanation, path: Path) -> P
     pool = np.flatnonzero(ctx.y != best.target_class) if best.source_class is None else \
         np.flatnonzero(ctx.y == best.source_class)
     x = ctx.x[pool[:1]]
-    stamped = stamp(x, *patch)
+    if best.kind == "square":
+        stamped = stamp_on_signs(ImageContext(inputs=inputs, model=ctx.model, x=x, y=ctx.y[pool[:1]],
+                                              n_classes=ctx.n_classes), *patch)
+    else:
+        stamped = stamp(x, *patch)
     before, after = int(ctx.logits(x).argmax(1)[0]), int(ctx.logits(stamped).argmax(1)[0])
     mask, pattern = patch
-    panels = [(x[0], f"clean example: class {before}"), (pattern * mask[None], "patch (pattern x mask)"),
+    label = "square, stamped on the sign" if best.kind == "square" else "patch (pattern x mask)"
+    panels = [(x[0], f"clean example: class {before}"), (pattern * mask[None], label),
               (stamped[0], f"stamped: class {after}")]
     fig, axes = plt.subplots(1, 3, figsize=(7.5, 2.8))
     for ax, (img, title) in zip(axes, panels, strict=True):

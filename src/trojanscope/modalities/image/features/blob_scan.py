@@ -23,7 +23,7 @@ import numpy as np
 from trojanscope.detectors.features import FeatureFamily
 
 _LEVELS = (0.0, 0.5, 1.0)
-_COLOURS = np.array([(b, g, r) for b in _LEVELS for g in _LEVELS for r in _LEVELS], dtype=np.float32)  # 27
+COLOURS = np.array([(b, g, r) for b in _LEVELS for g in _LEVELS for r in _LEVELS], dtype=np.float32)  # 27
 
 
 def locate(ctx, smooth: int = 9) -> np.ndarray:
@@ -74,7 +74,7 @@ def pair_summary(best: np.ndarray) -> tuple[np.ndarray, float]:
     return pairs, float(max(best[np.arange(c) != j, j].mean() for j in range(c)))
 
 
-def flip_rates(ctx, centres: np.ndarray, side: int, colours: np.ndarray = _COLOURS) -> np.ndarray:
+def flip_rates(ctx, centres: np.ndarray, side: int, colours: np.ndarray = COLOURS) -> np.ndarray:
     """[C, C, colours]: share of class-s examples predicted t with a ``side`` square of each colour on ``centres``."""
     c = ctx.n_classes
     side = min(side, ctx.x.shape[-1])
