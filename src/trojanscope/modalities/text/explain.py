@@ -48,7 +48,6 @@ TOKEN_SEEDS = 2  # token searches per direction, from different random starts
 # candidates checked on real texts, one token search from the screened direction, a shorter screening.
 # Fixed before it was measured (research/detector-history.md, "Explanations on three classes in 30 s").
 MULTI_CLASS = {"check": 8, "seeds": 1, "screen_steps": 5}
-SCREEN_STEPS = MULTI_CLASS["screen_steps"]  # steps of the short search that picks the direction
 
 
 def _rank() -> str:
@@ -125,7 +124,7 @@ def _token_directions(ctx: Any, texts: dict[int, list[str]], ranked: list[tuple[
         return _top_directions(ranked, TOKEN_DIRECTIONS)
     screened = []
     for s, t in ctx.directions():
-        found = token_search(ctx, texts.get(s, []), s, t, ref, steps=SCREEN_STEPS, seed=0)
+        found = token_search(ctx, texts.get(s, []), s, t, ref, steps=MULTI_CLASS["screen_steps"], seed=0)
         if found is not None:
             screened.append((found.head_rate - ease.get((s, t), 0.0), (s, t)))
     if not screened:
