@@ -81,11 +81,29 @@ def export(group: str, role: str, zoo: Path, cache: Path, workers: int,
     return {
         "format": ROWS_FORMAT, "group": group, "role": role, "zoo": zoo.name,
         "preset": preset.get("name"), "preset_version": preset.get("version"),
-        "command": f"trojanscope zoo make --preset {preset.get('name', '?')} --split {_split(meta)} "
-                   f"--count {len(names)} --out zoos/{zoo.name} --workers 2",
+        "command": _command(preset, meta, names, zoo.name),
         "families": {fam: {"digest": _family_digest(fam), "names": feature_names[fam]} for fam in families},
         "models": models,
     }
+
+
+def _command(preset: dict, meta: dict, names: list[str], zoo: str) -> str:
+    """The `zoo make` command that rebuilds the zoo: a superseded preset version pinned (NAME@VERSION, what it
+    loads as now), a benchmark's own generator by its .toml file, and the first model index where the zoo does
+    not start at 0."""
+    from trojanscope.rounds.preset import PRESETS
+
+    name = preset.get("name", "?")
+    pinned = f"{name}@{preset.get('version')}"
+    files = sorted(Path(__file__).parent.glob(f"*/{name}.toml"))  # the benchmarks' own generators
+    if pinned in PRESETS.names():
+        name = pinned
+    elif name not in PRESETS.names() and files:
+        name = files[0].relative_to(Path(__file__).parent.parent).as_posix()
+    indices = [int(n.rsplit("-", 1)[-1]) for n in names if n.rsplit("-", 1)[-1].isdigit()]
+    first = f" --first-index {min(indices)}" if indices and min(indices) > 0 else ""
+    return (f"trojanscope zoo make --preset {name} --split {_split(meta)}{first} --count {len(names)} "
+            f"--out zoos/{zoo} --workers 2")
 
 
 def _split(meta: dict) -> str:

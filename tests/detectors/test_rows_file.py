@@ -47,6 +47,19 @@ def test_rows_round_trip_keeps_released_models_labels_and_metadata(fake_zoo, tmp
     assert got[1] == {"weights.a": 2.0, "weights.b": 1.0, "scan.max": 0.5}
 
 
+def test_the_command_rebuilds_the_zoo_it_names():
+    """A zoo of a superseded preset version that starts past index 0 is rebuilt by its recorded command."""
+    names = [f"id-{i:08d}" for i in (40, 41, 159)]
+    meta = {n: {"split": "train"} for n in names}
+    assert rows._command({"name": "round5-cpu", "version": 6}, meta, names, "r5-train2") == (
+        "trojanscope zoo make --preset round5-cpu@6 --split train --first-index 40 --count 3 "
+        "--out zoos/r5-train2 --workers 2")
+    current = rows._command({"name": "round5-cpu", "version": 999}, {}, ["id-00000000"], "z")
+    assert current.startswith("trojanscope zoo make --preset round5-cpu --split ?") and "--first-index" not in current
+    foreign = rows._command({"name": "round5-foreign2", "version": 1}, {}, ["id-00000000"], "z")
+    assert "--preset benchmarks/foreign/round5-foreign2.toml " in foreign
+
+
 def test_a_family_whose_code_changed_is_left_out_and_named(fake_zoo, tmp_path, capsys):
     doc = rows.export("round5-cpu", "train", fake_zoo, tmp_path / "cache.json", 1, families=("weights", "scan"))
     doc["families"]["scan"]["digest"] = "0" * 16  # written by other code
