@@ -27,7 +27,8 @@ shipped file before it).
 Features come from ``benchmarks/detection.py``'s per-zoo cache (OUT/features-<parent>-<zoo folder>.json, keyed by each
 model's model.pt hash and each family's code), so a rerun after adding a zoo computes only the new models.
 Nothing is chosen on test zoos: C, calibration and eps come from cross-validation on the train side. The union
-fit of the registered ``default`` is saved as OUT/default-union.json with its ``detect fit`` command.
+fit of each registered detector scored (``default``, ``auto``) is saved as OUT/NAME-union.json, with its ``detect
+fit`` command where it was fitted on zoos; ``trojanscope evaluate --detector NAME --params FILE`` runs it.
 """
 
 from __future__ import annotations
@@ -194,17 +195,21 @@ def main(argv: list[str] | None = None) -> None:
             if te_rows:
                 outside = sum(clf.outside(clf.vector(r)[None, :]) is not None for r in te_rows)
                 print(line(g, det, te_rows, te_y, te_d) + f"  features outside fit {outside}/{len(te_rows)}")
-        if name == "default" and all(dirs is not None for _, role, _, _, _, dirs, _ in data if role == "train"):
+        if name in declared:
+            out = args.out / f"{name}-union.json"  # `trojanscope evaluate --detector NAME --params` reads it
             train = [(p, dirs) for _, role, p, _, _, dirs, _ in data if role == "train"]
-            # what `detect fit` records too: the fit domain (classes, architectures, head shapes) of its models
-            det.trained_on_["domain"] = domain.summarize(
-                domain.model_domain(inputs_for_model_dir(d)) for _, dirs in train for d in dirs)
-            presets = sorted({tomllib.loads((p / "preset.toml").read_text()).get("name", "?") for p, _ in train})
-            out = args.out / "default-union.json"
-            det.save(out, zoo=[str(p) for p, _ in train], n_models=len(tr_y), preset=" + ".join(presets),
-                     written_by="benchmarks/transfer.py",
-                     command="trojanscope detect fit " + " ".join(f"--zoo {p}" for p, _ in train)
-                     + f" --detector default --out {out}")
+            if all(dirs is not None for _, dirs in train):
+                # what `detect fit` records too: the fit domain (classes, architectures, head shapes) of its models
+                det.trained_on_["domain"] = domain.summarize(
+                    domain.model_domain(inputs_for_model_dir(d)) for _, dirs in train for d in dirs)
+                presets = sorted({tomllib.loads((p / "preset.toml").read_text()).get("name", "?") for p, _ in train})
+                det.save(out, zoo=[str(p) for p, _ in train], n_models=len(tr_y), preset=" + ".join(presets),
+                         written_by="benchmarks/transfer.py",
+                         command="trojanscope detect fit " + " ".join(f"--zoo {p}" for p, _ in train)
+                         + f" --detector {name} --out {out}")
+            else:  # fitted from rows files: their models' domains were recorded by the fit itself
+                det.save(out, rows=[str(p) for p, _ in train], n_models=len(tr_y), written_by="benchmarks/transfer.py",
+                         preset=" + ".join(sorted({g for g, role, *_ in data if role == "train"})))
             print(f"  saved {out}")
 
 if __name__ == "__main__":

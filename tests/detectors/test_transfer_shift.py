@@ -28,3 +28,35 @@ def test_the_feature_that_moves_clean_models_is_named_first_with_its_label_effec
 def test_no_clean_or_no_trojaned_held_out_models_gives_nothing():
     rows = [{"a": float(i)} for i in range(6)]
     assert feature_shift(rows, [0, 1] * 3, rows, [1] * 6) == []
+
+
+def test_a_fit_from_rows_files_is_saved_and_runs_as_the_registered_detector(tmp_path, capsys):
+    """`transfer.py --rows` saves each registered detector's union fit (OUT/NAME-union.json) with the models'
+    domains from the rows, so `trojanscope evaluate --detector NAME --params FILE` can run what was scored."""
+    import json
+
+    import rows
+    import transfer
+    from trojanscope.detectors import DETECTORS
+
+    fams = DETECTORS.get("auto").families
+    rng = np.random.default_rng(1)
+    domain = {"modality": "text", "n_classes": 2, "architecture": "GruLinear", "shape": "GruLinear hidden 8",
+              "input": "enc, summary mean"}
+    files = []
+    for role, n in (("train", 24), ("test", 12)):
+        doc = {"format": rows.ROWS_FORMAT, "group": "round5-cpu", "role": role, "zoo": role, "preset": "round5-cpu",
+               "preset_version": 6, "command": "trojanscope zoo make ...",
+               "families": {f: {"digest": rows._family_digest(f), "names": [f"{f}.x"]} for f in fams},
+               "models": [{"model": f"id-{i:08d}", "label": i % 2, "released": True, "seconds": 1.0, "metadata": {},
+                           "domain": domain,
+                           "features": {f: [float(i % 2) * (f == "weights") + float(rng.normal())] for f in fams}}
+                          for i in range(n)]}
+        files.append(tmp_path / f"{role}.json")
+        files[-1].write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    transfer.main(["--out", str(out), "--variants", "auto", "--rows", str(files[0]), "--rows", str(files[1])])
+    assert "saved" in capsys.readouterr().out
+    det = DETECTORS.get("auto").load(out / "auto-union.json")
+    assert "weights" in det.used_families
+    assert det.trained_on_["domain"]["architecture"] == ["GruLinear"] and det.trained_on_["n_models"] == 24
