@@ -93,14 +93,14 @@ def _command(preset: dict, meta: dict, names: list[str], zoo: str) -> str:
     not start at 0."""
     from trojanscope.rounds.preset import PRESETS
 
-    name = preset.get("name", "?")
+    name, registered = preset.get("name", "?"), set(PRESETS.names())
     pinned = f"{name}@{preset.get('version')}"
-    files = sorted(Path(__file__).parent.glob(f"*/{name}.toml"))  # the benchmarks' own generators
-    if pinned in PRESETS.names():
+    if pinned in registered:
         name = pinned
-    elif name not in PRESETS.names() and files:
-        name = files[0].relative_to(Path(__file__).parent.parent).as_posix()
-    indices = [int(n.rsplit("-", 1)[-1]) for n in names if n.rsplit("-", 1)[-1].isdigit()]
+    elif name not in registered:  # the benchmarks' own generators, by their .toml file
+        files = sorted(Path(__file__).parent.glob(f"*/{name}.toml"))
+        name = files[0].relative_to(Path(__file__).parent.parent).as_posix() if files else name
+    indices = [int(i) for i in (n.rsplit("-", 1)[-1] for n in names) if i.isdigit()]
     first = f" --first-index {min(indices)}" if indices and min(indices) > 0 else ""
     return (f"trojanscope zoo make --preset {name} --split {_split(meta)}{first} --count {len(names)} "
             f"--out zoos/{zoo} --workers 2")

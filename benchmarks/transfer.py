@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import numpy as np
 
-    from trojanscope.detectors import DETECTORS, domain
+    from trojanscope.detectors import DETECTORS
     from trojanscope.detectors.learned import inputs_for_model_dir
     from trojanscope.detectors.runner import released_model_dirs
     from trojanscope.scoring.metrics import score_all
@@ -195,21 +195,18 @@ def main(argv: list[str] | None = None) -> None:
             if te_rows:
                 outside = sum(clf.outside(clf.vector(r)[None, :]) is not None for r in te_rows)
                 print(line(g, det, te_rows, te_y, te_d) + f"  features outside fit {outside}/{len(te_rows)}")
-        if name in declared:
+        if name in declared:  # the fit recorded its models' domains (from `data`): what `detect fit` records
             out = args.out / f"{name}-union.json"  # `trojanscope evaluate --detector NAME --params` reads it
             train = [(p, dirs) for _, role, p, _, _, dirs, _ in data if role == "train"]
             if all(dirs is not None for _, dirs in train):
-                # what `detect fit` records too: the fit domain (classes, architectures, head shapes) of its models
-                det.trained_on_["domain"] = domain.summarize(
-                    domain.model_domain(inputs_for_model_dir(d)) for _, dirs in train for d in dirs)
                 presets = sorted({tomllib.loads((p / "preset.toml").read_text()).get("name", "?") for p, _ in train})
-                det.save(out, zoo=[str(p) for p, _ in train], n_models=len(tr_y), preset=" + ".join(presets),
-                         written_by="benchmarks/transfer.py",
-                         command="trojanscope detect fit " + " ".join(f"--zoo {p}" for p, _ in train)
-                         + f" --detector {name} --out {out}")
-            else:  # fitted from rows files: their models' domains were recorded by the fit itself
-                det.save(out, rows=[str(p) for p, _ in train], n_models=len(tr_y), written_by="benchmarks/transfer.py",
-                         preset=" + ".join(sorted({g for g, role, *_ in data if role == "train"})))
+                provenance = {"zoo": [str(p) for p, _ in train], "preset": " + ".join(presets),
+                              "command": "trojanscope detect fit " + " ".join(f"--zoo {p}" for p, _ in train)
+                              + f" --detector {name} --out {out}"}
+            else:  # fitted from rows files
+                provenance = {"rows": [str(p) for p, _ in train],
+                              "preset": " + ".join(sorted({g for g, role, *_ in data if role == "train"}))}
+            det.save(out, n_models=len(tr_y), written_by="benchmarks/transfer.py", **provenance)
             print(f"  saved {out}")
 
 if __name__ == "__main__":
