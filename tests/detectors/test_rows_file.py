@@ -60,6 +60,18 @@ def test_the_command_rebuilds_the_zoo_it_names():
     assert "--preset benchmarks/foreign/round5-foreign2.toml " in foreign
 
 
+def test_the_families_asked_for_are_the_families_written(fake_zoo, tmp_path, monkeypatch):
+    asked = []
+    monkeypatch.setattr(rows, "export", lambda group, role, zoo, cache, workers, families: asked.append(families)
+                        or {"models": [], "families": {}})
+    rows.main(["--zoo", f"round5-cpu:train:{fake_zoo}", "--out", str(tmp_path / "out"), "--cache",
+               str(tmp_path / "cache"), "--families", "weights, scan"])
+    assert asked == [("weights", "scan")]
+    with pytest.raises(SystemExit):  # an unknown family is refused before anything is computed
+        rows.main(["--zoo", f"round5-cpu:train:{fake_zoo}", "--out", str(tmp_path / "out"), "--families", "weigths"])
+    assert len(asked) == 1
+
+
 def test_a_family_whose_code_changed_is_left_out_and_named(fake_zoo, tmp_path, capsys):
     doc = rows.export("round5-cpu", "train", fake_zoo, tmp_path / "cache.json", 1, families=("weights", "scan"))
     doc["families"]["scan"]["digest"] = "0" * 16  # written by other code
