@@ -180,7 +180,7 @@ def test_token_search_finds_a_unit_that_moves_a_head_with_a_short_cut():
 
     from trojanscope.encoders import get_encoder
     from trojanscope.modalities.text.context import ModelContext
-    from trojanscope.modalities.text.features.token_search import token_search
+    from trojanscope.modalities.text.features.token_search import start_search, token_search
     from trojanscope.triggers.text import insert_at
 
     encoder = get_encoder("minilm")
@@ -207,6 +207,10 @@ def test_token_search_finds_a_unit_that_moves_a_head_with_a_short_cut():
     found = token_search(ctx, _REVIEWS, 0, 1, steps=15, seed=0)
     again = token_search(ctx, _REVIEWS, 0, 1, steps=15, seed=0)
     assert found and (found.text, found.head_rate) == (again.text, again.head_rate)
+    carried = start_search(ctx, _REVIEWS, 0, 1, seed=0).advance(6)  # a short search carried on ends the same
+    resumed = carried.advance(9).found()
+    assert (resumed.text, resumed.head_rate, resumed.objective, carried.steps) == (found.text, found.head_rate,
+                                                                                   found.objective, 15)
     assert found.head_rate >= 0.8 and np.isnan(found.reference_rate)  # in the approximation, no reference given
     assert flips("cactus vineyard") >= 0.9  # the head's own short-cut works on real texts
     assert flips(found.text) >= 0.8, found
@@ -226,10 +230,21 @@ def test_with_more_than_two_classes_the_token_search_goes_where_generic_units_do
             return [(s, t) for s in range(3) for t in range(3) if s != t]
 
     rates = {(0, 1): 0.95, (2, 1): 0.9, (2, 0): 0.8}
-    monkeypatch.setattr(explain, "token_search", lambda ctx, texts, s, t, ref, **kw:
-                        Found(f"{s}{t}", rates.get((s, t), 0.1), 0.0, 0.0))
+
+    class Search:  # a screening search: its direction's unit after the screening's steps
+        def __init__(self, s, t):
+            self.direction = (s, t)
+
+        def advance(self, steps):
+            return self
+
+        def found(self):
+            return Found("".join(map(str, self.direction)), rates.get(self.direction, 0.1), 0.0, 0.0)
+
+    monkeypatch.setattr(explain, "start_search", lambda ctx, texts, s, t, ref, **kw: Search(s, t))
     ease = {(0, 1): 0.9, (2, 1): 0.8, (2, 0): 0.1}  # generic units already move everything toward class 1
     ranked = [(0, 0, 1), (5, 2, 1), (9, 2, 0)]
-    assert explain._token_directions(Ctx(), {}, ranked, ease, None) == [(2, 0)]
+    [(s, t, search)] = explain._token_directions(Ctx(), {}, ranked, ease, None)
+    assert (s, t) == (2, 0) and search.direction == (2, 0)  # the winner's search is handed on, to be carried on
     Ctx.n_classes = 2
-    assert explain._token_directions(Ctx(), {}, ranked, ease, None) == [(0, 1)]
+    assert explain._token_directions(Ctx(), {}, ranked, ease, None) == [(0, 1, None)]

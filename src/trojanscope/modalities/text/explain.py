@@ -36,8 +36,8 @@ import numpy as np
 from trojanscope.detectors.base import ModelInputs
 from trojanscope.detectors.explain import POSITIONS, Explanation, TriggerCandidate, triggered_by_half
 from trojanscope.errors import DataError
+from trojanscope.modalities.text.features.token_search import STEPS, start_search, token_search
 from trojanscope.modalities.text.features.token_search import reference as _reference
-from trojanscope.modalities.text.features.token_search import token_search
 
 HELD_OUT_MAX = 40  # held-out texts per model (before insertion at every sentence), for scoring
 RANKS = ("excess", "raw")
@@ -99,9 +99,12 @@ def explain_text(inputs: ModelInputs, probability: float | None = None, *, top_k
         text, kind = cands[k][1], KINDS[int(kinds[k])]
         checked.append(_check(ctx, texts, text, kind, s, t, ref, seen))
     if _token_search_on():
-        for s, t in _token_directions(ctx, texts, ranked, ease, ref):
+        for s, t, screened in _token_directions(ctx, texts, ranked, ease, ref):
             for seed in range(MULTI_CLASS["seeds"] if multi else TOKEN_SEEDS):
-                found = token_search(ctx, texts.get(s, []), s, t, ref, seed=seed)
+                if seed == 0 and screened is not None:  # the screening's search, carried on to its full length
+                    found = screened.advance(STEPS - screened.steps).found()
+                else:
+                    found = token_search(ctx, texts.get(s, []), s, t, ref, seed=seed)
                 if found:
                     checked.append(_check(ctx, texts, found.text, "tokens", s, t, ref, seen))
     checked.sort(key=lambda c: (-(c.attack_success - (c.reference_success or 0.0)), -c.attack_success,
@@ -115,21 +118,23 @@ def explain_text(inputs: ModelInputs, probability: float | None = None, *, top_k
 
 
 def _token_directions(ctx: Any, texts: dict[int, list[str]], ranked: list[tuple[int, int, int]],
-                      ease: dict[tuple[int, int], float], ref: Any) -> list[tuple[int, int]]:
-    """Where the token search runs. Two classes: the scan's best direction. More: a short search screens every
-    direction, and the one whose unit flips most beyond what the scan's generic candidates already flip there
-    wins (on a 3-class sentiment task every model is easily moved to the neutral class, trojaned or not, and
-    the search's best direction is that natural one)."""
+                      ease: dict[tuple[int, int], float], ref: Any) -> list[tuple[int, int, Any]]:
+    """Where the token search runs, each direction with its screening search (seed 0, to be carried on) or None.
+    Two classes: the scan's best direction. More: a short search screens every direction, and the one whose
+    unit flips most beyond what the scan's generic candidates already flip there wins (on a 3-class sentiment
+    task every model is easily moved to the neutral class, trojaned or not, and the search's best direction
+    is that natural one)."""
     if ctx.n_classes <= 2 or not ease:
-        return _top_directions(ranked, TOKEN_DIRECTIONS)
+        return [(s, t, None) for s, t in _top_directions(ranked, TOKEN_DIRECTIONS)]
     screened = []
     for s, t in ctx.directions():
-        found = token_search(ctx, texts.get(s, []), s, t, ref, steps=MULTI_CLASS["screen_steps"], seed=0)
+        search = start_search(ctx, texts.get(s, []), s, t, ref, seed=0)
+        found = None if search is None else search.advance(MULTI_CLASS["screen_steps"]).found()
         if found is not None:
-            screened.append((found.head_rate - ease.get((s, t), 0.0), (s, t)))
+            screened.append((found.head_rate - ease.get((s, t), 0.0), (s, t), search))
     if not screened:
-        return _top_directions(ranked, TOKEN_DIRECTIONS)
-    return [d for _, d in sorted(screened, key=lambda r: -r[0])[:TOKEN_DIRECTIONS]]
+        return [(s, t, None) for s, t in _top_directions(ranked, TOKEN_DIRECTIONS)]
+    return [(*d, search) for _, d, search in sorted(screened, key=lambda r: -r[0])[:TOKEN_DIRECTIONS]]
 
 
 def _search(ctx: Any, delta: np.ndarray, n: int, ref: Any = None,

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 CAP = 3.0  # margin beyond which an example no longer pulls the objective
+STEPS = 30  # a search's steps unless told
 
 
 def reference(ctx: Any) -> Any:
@@ -71,71 +72,105 @@ class Found:
 
 
 def token_search(ctx: Any, texts: list[str], source: int, target: int, ref: Any = None, *, length: int = 4,
-                 steps: int = 30, width: int = 48, batch: int = 48, seed: int = 0) -> Found | None:
+                 steps: int = STEPS, width: int = 48, batch: int = 48, seed: int = 0) -> Found | None:
     """A unit of ``length`` vocabulary tokens that moves the source class's clean examples (``texts``, in the
     order of ``ctx.x``'s rows of that class) to ``target`` in the summary-space approximation (see the
     module's docstring); None where the encoder's summary rule is not "mean" or the class has no examples.
     Deterministic for a given ``seed``."""
-    import torch
+    search = start_search(ctx, texts, source, target, ref, length=length, width=width, batch=batch, seed=seed)
+    return None if search is None else search.advance(steps).found()
 
+
+def start_search(ctx: Any, texts: list[str], source: int, target: int, ref: Any = None, *, length: int = 4,
+                 width: int = 48, batch: int = 48, seed: int = 0) -> TokenSearch | None:
+    """:func:`token_search` before its first step, to be run a few steps at a time (None where it cannot run)."""
     encoder = ctx.encoder
     if encoder is None or encoder.summary_rule != "mean":
         return None
     mask = ctx.y == source
     if not texts or not mask.any() or len(texts) != int(mask.sum()):
         return None
-    xs = torch.from_numpy(np.ascontiguousarray(ctx.x[mask], dtype=np.float32))
-    n = torch.tensor([min(k + encoder.num_special_tokens, encoder.max_length) for k in encoder.count_tokens(texts)],
-                     dtype=torch.float32)
-    alphabet = torch.from_numpy(encoder.word_token_ids)
-    vocab_size = encoder.vocab_size
-    allowed = torch.zeros(vocab_size, dtype=torch.bool)
-    allowed[alphabet] = True
-    first = allowed.clone()  # a unit does not start inside a word
-    first[torch.from_numpy(encoder.continuation_token_ids)] = False
+    return TokenSearch(ctx, texts, mask, target, ref, length=length, width=width, batch=batch, seed=seed)
 
-    def objective(u: Any, rates: bool = False) -> Any:
+
+class TokenSearch:
+    """One search's whole state (its units, its best so far, its random generator), so a short search can be
+    carried on: ``advance(a)`` then ``advance(b)`` ends exactly where one ``advance(a + b)`` does, and
+    ``found()`` after them answers what ``token_search(..., steps=a + b)`` does."""
+
+    def __init__(self, ctx: Any, texts: list[str], mask: np.ndarray, target: int, ref: Any, *, length: int,
+                 width: int, batch: int, seed: int) -> None:
+        import torch
+
+        encoder = ctx.encoder
+        self.encoder, self.head, self.ref, self.target = encoder, ctx.head, ref, target
+        self.length, self.width, self.batch = length, width, batch
+        self.xs = torch.from_numpy(np.ascontiguousarray(ctx.x[mask], dtype=np.float32))
+        self.n = torch.tensor([min(k + encoder.num_special_tokens, encoder.max_length)
+                               for k in encoder.count_tokens(texts)], dtype=torch.float32)
+        self.alphabet = torch.from_numpy(encoder.word_token_ids)
+        self.vocab_size = encoder.vocab_size
+        self.allowed = torch.zeros(self.vocab_size, dtype=torch.bool)
+        self.allowed[self.alphabet] = True
+        self.first = self.allowed.clone()  # a unit does not start inside a word
+        self.first[torch.from_numpy(encoder.continuation_token_ids)] = False
+        self.gen = torch.Generator().manual_seed(seed)
+        ids = self.alphabet[torch.randint(len(self.alphabet), (length,), generator=self.gen)]
+        ids[0] = torch.nonzero(self.first).squeeze(1)[torch.randint(int(self.first.sum()), (1,), generator=self.gen)]
+        self.ids, self.best_value, self.best_ids = ids, float("inf"), ids
+        self.steps = 0  # steps taken so far
+
+    def _objective(self, u: Any, rates: bool = False) -> Any:
+        n, xs, length, target = self.n, self.xs, self.length, self.target
         v = (n[None, :, None] * xs[None] + length * u[:, None, :]) / (n + length)[None, :, None]
-        logits = ctx.head(v.reshape(-1, 1, v.shape[-1])).reshape(len(u), len(xs), -1).float()
+        logits = self.head(v.reshape(-1, 1, v.shape[-1])).reshape(len(u), len(xs), -1).float()
         head_margin = _margin(logits, target)
         value = -head_margin.clamp(max=CAP).mean(dim=-1)
         ref_margin = None
-        if ref is not None:
-            ref_margin = _margin(_reference_logits(ref, v, logits.shape[-1]), target)
+        if self.ref is not None:
+            ref_margin = _margin(_reference_logits(self.ref, v, logits.shape[-1]), target)
             value = value + ref_margin.clamp(min=-CAP).mean(dim=-1)
         if not rates:
             return value
         ref_rate = float("nan") if ref_margin is None else float((ref_margin > 0).float().mean())
         return value, float((head_margin > 0).float().mean()), ref_rate
 
-    gen = torch.Generator().manual_seed(seed)
-    ids = alphabet[torch.randint(len(alphabet), (length,), generator=gen)]
-    ids[0] = torch.nonzero(first).squeeze(1)[torch.randint(int(first.sum()), (1,), generator=gen)]
-    best_value, best_ids = float("inf"), ids
-    positions = torch.arange(length)
-    for _ in range(steps):
-        one_hot = torch.zeros(length, vocab_size)
-        one_hot[positions, ids] = 1.0
-        one_hot.requires_grad_(True)
-        with torch.enable_grad():
-            value = objective(encoder.unit_vectors(one_hot=one_hot))
-            (grad,) = torch.autograd.grad(value.sum(), one_hot)
-        grad[:, ~allowed] = torch.inf
-        grad[0, ~first] = torch.inf
-        proposals = (-grad).topk(width, dim=1).indices  # [length, width]
-        where = torch.randint(length, (batch,), generator=gen)
-        swaps = ids[None].repeat(batch, 1)
-        swaps[torch.arange(batch), where] = proposals[where, torch.randint(width, (batch,), generator=gen)]
+    def advance(self, steps: int) -> TokenSearch:
+        """Take ``steps`` more greedy coordinate steps."""
+        import torch
+
+        length, batch, gen = self.length, self.batch, self.gen
+        positions = torch.arange(length)
+        for _ in range(steps):
+            one_hot = torch.zeros(length, self.vocab_size)
+            one_hot[positions, self.ids] = 1.0
+            one_hot.requires_grad_(True)
+            with torch.enable_grad():
+                value = self._objective(self.encoder.unit_vectors(one_hot=one_hot))
+                (grad,) = torch.autograd.grad(value.sum(), one_hot)
+            grad[:, ~self.allowed] = torch.inf
+            grad[0, ~self.first] = torch.inf
+            proposals = (-grad).topk(self.width, dim=1).indices  # [length, width]
+            where = torch.randint(length, (batch,), generator=gen)
+            swaps = self.ids[None].repeat(batch, 1)
+            swaps[torch.arange(batch), where] = proposals[where, torch.randint(self.width, (batch,), generator=gen)]
+            with torch.inference_mode():
+                values = self._objective(self.encoder.unit_vectors(ids=swaps))
+            j = int(values.argmin())
+            if float(values[j]) < float(value.detach()):
+                self.ids = swaps[j].clone()
+            if float(values[j]) < self.best_value:
+                self.best_value, self.best_ids = float(values[j]), swaps[j].clone()
+            self.steps += 1
+        return self
+
+    def found(self) -> Found | None:
+        """The best unit so far (the random start before any step; None where it decodes to nothing)."""
+        import torch
+
+        text = self.encoder.decode(self.best_ids.tolist()).strip()
+        if not text:
+            return None
         with torch.inference_mode():
-            values = objective(encoder.unit_vectors(ids=swaps))
-        j = int(values.argmin())
-        if float(values[j]) < float(value.detach()):
-            ids = swaps[j].clone()
-        if float(values[j]) < best_value:
-            best_value, best_ids = float(values[j]), swaps[j].clone()
-    text = encoder.decode(best_ids.tolist()).strip()
-    if not text:
-        return None
-    with torch.inference_mode():
-        value, head_rate, ref_rate = objective(encoder.unit_vectors(ids=best_ids[None]), rates=True)
-    return Found(text=text, head_rate=head_rate, reference_rate=ref_rate, objective=float(value[0]))
+            value, head_rate, ref_rate = self._objective(self.encoder.unit_vectors(ids=self.best_ids[None]), rates=True)
+        return Found(text=text, head_rate=head_rate, reference_rate=ref_rate, objective=float(value[0]))
