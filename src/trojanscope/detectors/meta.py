@@ -92,7 +92,7 @@ def _reach(z: np.ndarray, coef: np.ndarray) -> np.ndarray:
     mean z², so one far feature the classifier leans on counts more than many near ones."""
     w = np.abs(coef)
     w = w / w.sum() if w.sum() > 0 else np.full(len(w), 1.0 / max(len(w), 1))
-    return np.sqrt(np.square(z) @ w)
+    return np.sqrt((np.square(z) * w).sum(axis=1))  # row by row: a model's reach never depends on its batch
 
 
 def _excess(reach: np.ndarray, ref: float) -> np.ndarray:
@@ -251,7 +251,9 @@ class MetaClassifier:
         return _standardise(np.atleast_2d(f), np.asarray(self.mean), np.asarray(self.scale))
 
     def decision(self, f: np.ndarray) -> np.ndarray:
-        return self._z(f) @ np.asarray(self.coef) + self.intercept
+        # Row by row, not a matrix product: BLAS gives one row alone and the same row in a batch different last
+        # bits, and a model's answer must not depend on which models were scored with it.
+        return (self._z(f) * np.asarray(self.coef)).sum(axis=1) + self.intercept
 
     def weight(self, f: np.ndarray) -> np.ndarray:
         """The fit's weight in (0, 1] for rows of ``f`` (the rest goes to 0.5): 1 inside its reach, less outside."""
