@@ -170,3 +170,13 @@ def test_grouped_parameters_round_trip_and_bad_abstention_is_refused():
             MetaClassifier.from_dict({**d, key: bad})
     with pytest.raises(ConfigError, match="group labels"):
         MetaClassifier.fit(f, y, list("abcdef"), groups=groups[:-1])
+
+
+def test_a_models_probability_does_not_depend_on_the_models_scored_with_it():
+    """One row alone and the same row in a batch get the same bits (a matrix product would not promise it)."""
+    rng = np.random.default_rng(3)
+    y = np.repeat([0, 1], 40)
+    f = rng.standard_normal((80, 40)) + 0.5 * y[:, None]
+    clf = MetaClassifier.fit(f, y, [f"x{i}" for i in range(40)])
+    batch = clf.predict_proba(f)
+    assert all(clf.predict_proba(f[i : i + 1])[0] == batch[i] for i in range(len(f)))
