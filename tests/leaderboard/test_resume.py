@@ -77,7 +77,8 @@ def test_sigterm_hands_back_then_sigkill_then_resume(client, setup_round, settin
     results = settings.data_dir / "jobs" / str(job.id) / "out" / "results.csv"
     _wait_rows(results, 1, proc)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=20) == 0
+    rc = proc.wait(timeout=20)
+    assert rc == 0, f"worker exited {rc} on SIGTERM: {proc.stderr.read().decode()[-3000:]}"
     job = _test_job(client, sub_id)
     assert job.status == "queued" and job.worker_id is None and job.attempts == 0
     # 2. a hard kill mid-submission: the job stays 'running' until its lease expires
