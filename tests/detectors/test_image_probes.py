@@ -11,7 +11,8 @@ from torch import nn
 
 from trojanscope.modalities.image.context import ImageContext
 from trojanscope.modalities.image.features.blob_ring import BlobRing
-from trojanscope.modalities.image.features.blob_scan import BlobScan, locate, stamp_squares
+from trojanscope.modalities.image.features.blob_scan import BlobScan, centre, locate, stamp_squares
+from trojanscope.modalities.image.features.sign_squares import SignSquares
 from trojanscope.modalities.image.features.stimulation import NeuronStimulation, relu_layers
 
 S, C = 16, 3
@@ -76,6 +77,65 @@ def test_locate_finds_the_region_the_model_reads():
     x, y = _images()
     centres = locate(_ctx(_Window(9, 2, 4), x, y), smooth=3)
     assert np.all((centres[:, 0] >= 9) & (centres[:, 0] < 13) & (centres[:, 1] >= 2) & (centres[:, 1] < 6))
+
+
+class _Rim(nn.Module):
+    """Class scores read from a ring of pixels (a sign's rim) around (8, 8), heaviest at its top: the saliency's
+    peak is on the rim, its centroid in the middle."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        rows, cols = np.mgrid[0:S, 0:S]
+        dist = np.hypot(rows - 8, cols - 8)
+        weight = ((dist > 4.5) & (dist < 5.5)) * (1.0 + 0.5 * (rows < 8))
+        self.register_buffer("rim", torch.from_numpy(weight.astype(np.float32)))
+        self.w = nn.Parameter(torch.linspace(-1, 1, C * 3).view(C, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * self.rim).sum(dim=(2, 3)) @ self.w.T
+
+
+def test_centre_finds_the_middle_of_a_rim_where_locate_finds_the_rim():
+    x, y = _images()
+    ctx = _ctx(_Rim(), x, y)
+    peaks, middles = locate(ctx, smooth=1), centre(ctx, smooth=1, top=0.15)
+    assert np.all(np.hypot(*(peaks - 8).T) >= 4)  # on the rim
+    assert np.all(np.abs(middles - 8) <= 1), middles  # the rim's middle (its heavier top pulls it by a pixel at most)
+
+
+class _ColourShortcut(nn.Module):
+    """Brightest-channel classes, and (when ``colour``) a pure-red square anywhere sends any class to class 2;
+    (when ``occlusion``) any square in the middle of the frame hides the class and reads as class 1."""
+
+    def __init__(self, colour: bool, occlusion: bool) -> None:
+        super().__init__()
+        self.colour, self.occlusion = colour, occlusion
+        self.scale = nn.Parameter(torch.tensor(10.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.scale * x.mean(dim=(2, 3))
+        zeros = torch.zeros(len(x))
+        if self.colour:
+            red = torch.relu(x[:, 2] - x[:, 0] - x[:, 1] - 0.5).amax(dim=(1, 2))
+            logits = logits + torch.stack([zeros, zeros, 40 * red], 1)
+        if self.occlusion:  # the middle 2x2 pixels of one colour: a square stamped there
+            flat = (x[:, :, 7:9, 7:9].std(dim=(2, 3)).sum(1) < 1e-6).float()
+            logits = logits + torch.stack([zeros, 40 * flat, zeros], 1)
+        return logits
+
+
+def test_sign_squares_reads_one_colour_and_not_an_occlusion():
+    x, y = _images()
+    family = SignSquares(sides=(4,), smooth=3)
+    names = {"excess_max_4", "excess_gap_4", "best_max_4", "mean_max_4"}
+    planted = family.compute(_ctx(_ColourShortcut(colour=True, occlusion=False), x, y))
+    assert set(planted) == names
+    # red sends classes 0 and 1 to 2 and no other of the 27 colours does: 1 - 1/27 beyond the mean
+    assert planted["best_max_4"] == 1.0 and planted["excess_max_4"] == pytest.approx(1 - 1 / 27)
+    # an occlusion flips to class 1 whatever the colour: rate 1 at the best colour, no excess
+    hidden = family.compute(_ctx(_ColourShortcut(colour=False, occlusion=True), x, y))
+    assert hidden["best_max_4"] == 1.0 and hidden["mean_max_4"] == 1.0 and hidden["excess_max_4"] == 0.0
+    assert family.compute(_ctx(_ColourShortcut(colour=False, occlusion=False), x, y))["best_max_4"] == 0.0
 
 
 @pytest.mark.parametrize("armed", [True, False])

@@ -17,6 +17,8 @@ FAMILIES = {
                      "Image CNNs: raise one channel of a late ReLU layer; share of other classes sent to one label."),
     "blob-scan": ("trojanscope.modalities.image.features.blob_scan:BlobScan",
                    "Image CNNs: flip rates of one-colour squares stamped on each example's salient region."),
+    "sign-squares": ("trojanscope.modalities.image.features.sign_squares:SignSquares",
+                      "Image CNNs: colour excess of one-colour squares stamped on the middle of each example's sign."),
     "blob-ring": ("trojanscope.modalities.image.features.blob_ring:BlobRing",
                    "Image CNNs: flip rates of one-colour squares that hold at four shifts around the sign."),
     "norm-stats": ("trojanscope.modalities.image.features.norm_stats:NormStats",

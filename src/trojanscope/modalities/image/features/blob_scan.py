@@ -32,26 +32,53 @@ def locate(ctx, smooth: int = 9) -> np.ndarray:
     Kept in ``ctx.scratch``, so the families that stamp around the same peaks share one gradient pass."""
     key = ("locate", smooth)
     if key not in ctx.scratch:
-        ctx.scratch[key] = _locate(ctx, smooth)
+        sal = _saliency(ctx, smooth)
+        side = ctx.x.shape[-1]
+        if sal is None:  # the output does not depend on the pixels: no sign to find, stamp the centre
+            ctx.scratch[key] = np.full((len(ctx.x), 2), side // 2)
+        else:
+            flat = sal.reshape(len(sal), -1).argmax(1)
+            centres = np.stack([flat // side, flat % side], axis=1)
+            centres[sal.reshape(len(sal), -1).max(1) <= 0] = side // 2  # flat saliency: the centre
+            ctx.scratch[key] = centres
     return ctx.scratch[key].copy()
 
 
-def _locate(ctx, smooth: int) -> np.ndarray:
-    import torch
-    from torch.nn import functional as F  # noqa: N812
+def centre(ctx, smooth: int = 9, top: float = 0.1) -> np.ndarray:
+    """Per example, (row, col) of the centroid of its smoothed saliency over the ``top`` share of its pixels: the
+    middle of its sign. The saliency's peak (:func:`locate`) sits on the sign's rim, where the edge gradient is
+    largest; the rim is symmetric about the sign's centre, so its centroid is near the centre, where a Round 1
+    polygon is painted. Kept in ``ctx.scratch`` like :func:`locate`."""
+    key = ("centre", smooth, top)
+    if key not in ctx.scratch:
+        sal = _saliency(ctx, smooth)
+        side = ctx.x.shape[-1]
+        out = np.full((len(ctx.x), 2), side // 2)
+        if sal is not None:
+            rows, cols = np.mgrid[0:side, 0:side]
+            for i, s in enumerate(sal):
+                w = np.where(s >= np.quantile(s, 1 - top), s, 0.0)
+                if w.sum() > 0:
+                    out[i] = [round(float((w * rows).sum() / w.sum())), round(float((w * cols).sum() / w.sum()))]
+        ctx.scratch[key] = out
+    return ctx.scratch[key].copy()
 
-    x = torch.from_numpy(np.ascontiguousarray(ctx.x)).requires_grad_(True)
-    logits = ctx.model(x)
-    score = logits.gather(1, torch.from_numpy(ctx.y)[:, None]).sum()
-    grad = torch.autograd.grad(score, x, allow_unused=True)[0] if score.requires_grad else None
-    side = x.shape[-1]
-    if grad is None:  # the output does not depend on the pixels: no sign to find, stamp the centre
-        return np.full((len(x), 2), side // 2)
-    sal = F.avg_pool2d(grad.abs().sum(1, keepdim=True), smooth, stride=1, padding=smooth // 2)[:, 0]
-    flat = sal.reshape(len(sal), -1).argmax(1).numpy()
-    centres = np.stack([flat // side, flat % side], axis=1)
-    centres[sal.reshape(len(sal), -1).amax(1).numpy() <= 0] = side // 2  # flat saliency: the centre
-    return centres
+
+def _saliency(ctx, smooth: int) -> np.ndarray | None:
+    """[N, S, S]: each example's |d logit_true / d x| summed over channels and box-smoothed; None when the output
+    does not depend on the pixels. One gradient pass, kept in ``ctx.scratch``."""
+    key = ("saliency", smooth)
+    if key not in ctx.scratch:
+        import torch
+        from torch.nn import functional as F  # noqa: N812
+
+        x = torch.from_numpy(np.ascontiguousarray(ctx.x)).requires_grad_(True)
+        logits = ctx.model(x)
+        score = logits.gather(1, torch.from_numpy(ctx.y)[:, None]).sum()
+        grad = torch.autograd.grad(score, x, allow_unused=True)[0] if score.requires_grad else None
+        ctx.scratch[key] = None if grad is None else \
+            F.avg_pool2d(grad.abs().sum(1, keepdim=True), smooth, stride=1, padding=smooth // 2)[:, 0].numpy()
+    return ctx.scratch[key]
 
 
 def stamp_squares(x: np.ndarray, centres: np.ndarray, side: int, colour: np.ndarray) -> np.ndarray:
