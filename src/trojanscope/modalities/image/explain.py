@@ -43,6 +43,7 @@ from trojanscope.modalities.image.context import ImageContext, build_image_conte
 
 HELD_OUT_MAX = 40  # held-out images per class
 SQUARE_SIDE = 10  # px: the side of the squares that name the target (chosen on round1-cpu's train zoo)
+COLOUR_STEPS = 25  # Adam steps on each pair's square colour (research/detector-history.md, stop 62)
 
 
 def explain_image(inputs: ModelInputs, probability: float | None = None, *, top_k: int = 5,
@@ -101,20 +102,65 @@ def explain_image(inputs: ModelInputs, probability: float | None = None, *, top_
 
 
 def square_pair(ctx: Any, side: int = SQUARE_SIDE) -> tuple[int, int, np.ndarray, float] | None:
-    """(source, target, colour, rate): the pair whose best-colour square flips most beyond its mean over colours
-    (see the module's docstring), its best colour (model-input BGR) and that colour's flip rate on the given
-    examples; None when no pair's best colour does more than its mean (no colour matters)."""
-    from trojanscope.modalities.image.features.blob_scan import COLOURS, flip_rates, locate
+    """(source, target, colour, rate): the pair whose square flips most beyond its mean over the grid's colours
+    (see the module's docstring), with the colour optimised for that pair (model-input BGR) and its flip rate on
+    the given examples; None when no pair's colour does more than its mean (no colour matters)."""
+    from trojanscope.modalities.image.features.blob_scan import flip_rates, locate
 
-    rates = flip_rates(ctx, locate(ctx), side)  # [source, target, colour]
+    centres = locate(ctx)
+    rates = flip_rates(ctx, centres, side)  # [source, target, grid colour]
     present = np.isin(np.arange(ctx.n_classes), ctx.y)
     valid = present[:, None] & ~np.eye(ctx.n_classes, dtype=bool)
-    score = np.where(valid, rates.max(-1) - rates.mean(-1), -np.inf)
+    pairs = [(int(s), int(t)) for s, t in zip(*np.nonzero(valid), strict=True)]
+    colours, hit = optimise_square_colours(ctx, centres, side, pairs, rates)
+    score = np.full(valid.shape, -np.inf)
+    for k, (s, t) in enumerate(pairs):
+        score[s, t] = hit[k] - rates[s, t].mean()
     if not score.max() > 0:
         return None
     s, t = (int(v) for v in np.unravel_index(np.argmax(score), score.shape))
-    k = int(rates[s, t].argmax())
-    return s, t, COLOURS[k], float(rates[s, t, k])
+    k = pairs.index((s, t))
+    return s, t, colours[k], float(hit[k])
+
+
+def optimise_square_colours(ctx: Any, centres: np.ndarray, side: int, pairs: list[tuple[int, int]], rates: np.ndarray,
+                            steps: int = COLOUR_STEPS, lr: float = 0.3) -> tuple[np.ndarray, np.ndarray]:
+    """Per (source, target) pair: the colour (model-input BGR in [0, 1]) of a ``side`` square on ``centres`` that
+    sends the source's examples to the target, found by Adam on the target's cross-entropy from the pair's best
+    grid colour (``rates`` [source, target, grid colour]), and the share of them it sends there. One batch
+    through the model per step for every pair (each pair's colour is its own parameter)."""
+    import torch
+    from torch.nn import functional as F  # noqa: N812
+
+    from trojanscope.modalities.image.features.blob_scan import COLOURS
+
+    if not pairs:
+        return np.zeros((0, 3), np.float32), np.zeros(0)
+    size = ctx.x.shape[-1]
+    side = min(side, size)
+    mask = np.zeros((len(ctx.x), 1, size, size), np.float32)
+    for i, (cy, cx) in enumerate(centres):
+        y0, x0 = (int(np.clip(v - side // 2, 0, size - side)) for v in (cy, cx))
+        mask[i, :, y0 : y0 + side, x0 : x0 + side] = 1
+    rows = [np.flatnonzero(ctx.y == s) for s, _ in pairs]
+    idx = np.concatenate(rows)
+    pair_of = torch.from_numpy(np.concatenate([np.full(len(r), k) for k, r in enumerate(rows)]))
+    x, m = torch.from_numpy(ctx.x[idx]), torch.from_numpy(mask[idx])
+    target = torch.tensor([pairs[k][1] for k in pair_of.tolist()])
+    start = np.clip(np.stack([COLOURS[rates[s, t].argmax()] for s, t in pairs]), 0.02, 0.98)
+    logit = torch.from_numpy(np.log(start / (1 - start))).float().requires_grad_(True)
+    opt = torch.optim.Adam([logit], lr=lr)
+    for _ in range(steps):
+        colour = torch.sigmoid(logit)[pair_of][:, :, None, None]
+        loss = F.cross_entropy(ctx.model((1 - m) * x + m * colour), target)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        colours = torch.sigmoid(logit)
+        pred = ctx.model((1 - m) * x + m * colours[pair_of][:, :, None, None]).argmax(1).numpy()
+    hit = np.array([(pred[pair_of.numpy() == k] == t).mean() for k, (_, t) in enumerate(pairs)])
+    return colours.numpy().astype(np.float32), hit
 
 
 def _spread(y: np.ndarray, idx: np.ndarray, n: int) -> np.ndarray:
