@@ -1,13 +1,14 @@
 """The image modality's explanation: the target, the source and a patch that works.
 
-**The target** comes from one-colour squares on the sign (blob-scan's stamps): a square of each colour of a
-27-colour grid, ``SQUARE_SIDE`` pixels, is stamped on every clean example's saliency peak (where its sign is),
-and each (source, target) pair gets the share of the source's examples answered as the target, per colour.
-The pair whose best colour flips most *beyond its mean over colours* is named: a planted polygon is one
-colour, so its pair flips for few colours, while a natural pair (signs that look alike) flips because the
-square hides the pictogram, whatever its colour. The rule was chosen on round1-cpu's train zoo over the
-smallest Neural Cleanse mask (docs/detector-numbers.md has the figures). A model whose answers no square's
-colour changes is left to the masks' order.
+**The target** comes from one-colour squares on the sign (the ``sign-squares`` probe): a square of each colour of a
+27-colour grid, ``SQUARE_SIDE`` pixels, is stamped on the middle of every clean example's sign (the centroid of its
+saliency, where a Round 1 polygon is painted; the saliency's peak sits on the sign's rim), and each (source,
+target) pair gets the share of the source's examples answered as the target, per colour. The pair whose best colour
+flips most *beyond its mean over colours* is named: a planted polygon is one colour, so its pair flips for few
+colours, while a natural pair (signs that look alike) flips because the square hides the pictogram, whatever its
+colour. The rule was chosen on round1-cpu zoos over the smallest Neural Cleanse mask and other placements and
+colour sets (research/detector-history.md has the figures). A model whose answers no square's colour changes is
+left to the masks' order.
 
 **The patch** is Neural Cleanse's, per class pair. For every (source, target) pair of classes with clean
 examples, and for every target with the examples of all other classes (source ``None``: a trigger that flips
@@ -43,7 +44,6 @@ from trojanscope.modalities.image.context import ImageContext, build_image_conte
 
 HELD_OUT_MAX = 40  # held-out images per class
 SQUARE_SIDE = 10  # px: the side of the squares that name the target (chosen on round1-cpu's train zoo)
-COLOUR_STEPS = 25  # Adam steps on each pair's square colour (research/detector-history.md, stop 62)
 
 
 def explain_image(inputs: ModelInputs, probability: float | None = None, *, top_k: int = 5,
@@ -102,65 +102,20 @@ def explain_image(inputs: ModelInputs, probability: float | None = None, *, top_
 
 
 def square_pair(ctx: Any, side: int = SQUARE_SIDE) -> tuple[int, int, np.ndarray, float] | None:
-    """(source, target, colour, rate): the pair whose square flips most beyond its mean over the grid's colours
-    (see the module's docstring), with the colour optimised for that pair (model-input BGR) and its flip rate on
-    the given examples; None when no pair's colour does more than its mean (no colour matters)."""
-    from trojanscope.modalities.image.features.blob_scan import flip_rates, locate
+    """(source, target, colour, rate): the pair whose best-colour square flips most beyond its mean over colours
+    (see the module's docstring), its best colour (model-input BGR) and that colour's flip rate on the given
+    examples; None when no pair's best colour does more than its mean (no colour matters)."""
+    from trojanscope.modalities.image.features.blob_scan import COLOURS, centre, flip_rates
 
-    centres = locate(ctx)
-    rates = flip_rates(ctx, centres, side)  # [source, target, grid colour]
+    rates = flip_rates(ctx, centre(ctx), side)  # [source, target, colour]
     present = np.isin(np.arange(ctx.n_classes), ctx.y)
     valid = present[:, None] & ~np.eye(ctx.n_classes, dtype=bool)
-    pairs = [(int(s), int(t)) for s, t in zip(*np.nonzero(valid), strict=True)]
-    colours, hit = optimise_square_colours(ctx, centres, side, pairs, rates)
-    score = np.full(valid.shape, -np.inf)
-    for k, (s, t) in enumerate(pairs):
-        score[s, t] = hit[k] - rates[s, t].mean()
+    score = np.where(valid, rates.max(-1) - rates.mean(-1), -np.inf)
     if not score.max() > 0:
         return None
     s, t = (int(v) for v in np.unravel_index(np.argmax(score), score.shape))
-    k = pairs.index((s, t))
-    return s, t, colours[k], float(hit[k])
-
-
-def optimise_square_colours(ctx: Any, centres: np.ndarray, side: int, pairs: list[tuple[int, int]], rates: np.ndarray,
-                            steps: int = COLOUR_STEPS, lr: float = 0.3) -> tuple[np.ndarray, np.ndarray]:
-    """Per (source, target) pair: the colour (model-input BGR in [0, 1]) of a ``side`` square on ``centres`` that
-    sends the source's examples to the target, found by Adam on the target's cross-entropy from the pair's best
-    grid colour (``rates`` [source, target, grid colour]), and the share of them it sends there. One batch
-    through the model per step for every pair (each pair's colour is its own parameter)."""
-    import torch
-    from torch.nn import functional as F  # noqa: N812
-
-    from trojanscope.modalities.image.features.blob_scan import COLOURS
-
-    if not pairs:
-        return np.zeros((0, 3), np.float32), np.zeros(0)
-    size = ctx.x.shape[-1]
-    side = min(side, size)
-    mask = np.zeros((len(ctx.x), 1, size, size), np.float32)
-    for i, (cy, cx) in enumerate(centres):
-        y0, x0 = (int(np.clip(v - side // 2, 0, size - side)) for v in (cy, cx))
-        mask[i, :, y0 : y0 + side, x0 : x0 + side] = 1
-    rows = [np.flatnonzero(ctx.y == s) for s, _ in pairs]
-    idx = np.concatenate(rows)
-    pair_of = torch.from_numpy(np.concatenate([np.full(len(r), k) for k, r in enumerate(rows)]))
-    x, m = torch.from_numpy(ctx.x[idx]), torch.from_numpy(mask[idx])
-    target = torch.tensor([pairs[k][1] for k in pair_of.tolist()])
-    start = np.clip(np.stack([COLOURS[rates[s, t].argmax()] for s, t in pairs]), 0.02, 0.98)
-    logit = torch.from_numpy(np.log(start / (1 - start))).float().requires_grad_(True)
-    opt = torch.optim.Adam([logit], lr=lr)
-    for _ in range(steps):
-        colour = torch.sigmoid(logit)[pair_of][:, :, None, None]
-        loss = F.cross_entropy(ctx.model((1 - m) * x + m * colour), target)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    with torch.no_grad():
-        colours = torch.sigmoid(logit)
-        pred = ctx.model((1 - m) * x + m * colours[pair_of][:, :, None, None]).argmax(1).numpy()
-    hit = np.array([(pred[pair_of.numpy() == k] == t).mean() for k, (_, t) in enumerate(pairs)])
-    return colours.numpy().astype(np.float32), hit
+    k = int(rates[s, t].argmax())
+    return s, t, COLOURS[k], float(rates[s, t, k])
 
 
 def _spread(y: np.ndarray, idx: np.ndarray, n: int) -> np.ndarray:
@@ -295,10 +250,10 @@ def held_out_attack_success(model_dir: Path, zoo_models: list[Path], trigger: di
 
 def stamp_on_signs(ctx: Any, mask: np.ndarray, pattern: np.ndarray) -> np.ndarray:
     """``ctx.x`` with a ``square`` candidate's square (its patch: mask and pattern of the square's own size)
-    stamped on each example's located sign (the peak of its saliency for its class ``ctx.y``)."""
-    from trojanscope.modalities.image.features.blob_scan import locate, stamp_squares
+    stamped on the middle of each example's sign (the centroid of its saliency for its class ``ctx.y``)."""
+    from trojanscope.modalities.image.features.blob_scan import centre, stamp_squares
 
-    return stamp_squares(ctx.x, locate(ctx), mask.shape[0], pattern[:, 0, 0].astype(np.float32))
+    return stamp_squares(ctx.x, centre(ctx), mask.shape[0], pattern[:, 0, 0].astype(np.float32))
 
 
 def before_after(inputs: ModelInputs, explanation: Explanation, path: Path) -> Path | None:
