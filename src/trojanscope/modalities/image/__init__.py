@@ -30,6 +30,10 @@ FAMILIES = {
 # detectors of this modality beyond the single-family ones, declared as in detectors/detectors.toml plus the
 # estimator class they build
 DETECTOR_DECLARATIONS = {
+    "image-squares": {
+        "families": ["sign-squares"], "params": "image-squares.json",
+        "description": "Image CNNs: calibrated sign-squares (colour excess of one-colour squares on the sign's middle)",
+    },
     "image-litmus": {
         "families": ["litmus"], "params": "image-litmus.json",
         "estimator": "trojanscope.modalities.image.litmus:ImageLitmusDetector",
