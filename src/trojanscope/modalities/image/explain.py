@@ -106,11 +106,10 @@ def square_pair(ctx: Any, side: int = SQUARE_SIDE) -> tuple[int, int, np.ndarray
     (see the module's docstring), its best colour (model-input BGR) and that colour's flip rate on the given
     examples; None when no pair's best colour does more than its mean (no colour matters)."""
     from trojanscope.modalities.image.features.blob_scan import COLOURS, centre, flip_rates
+    from trojanscope.modalities.image.features.sign_squares import colour_excess
 
     rates = flip_rates(ctx, centre(ctx), side)  # [source, target, colour]
-    present = np.isin(np.arange(ctx.n_classes), ctx.y)
-    valid = present[:, None] & ~np.eye(ctx.n_classes, dtype=bool)
-    score = np.where(valid, rates.max(-1) - rates.mean(-1), -np.inf)
+    score = colour_excess(ctx, rates)
     if not score.max() > 0:
         return None
     s, t = (int(v) for v in np.unravel_index(np.argmax(score), score.shape))

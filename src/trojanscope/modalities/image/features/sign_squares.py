@@ -21,6 +21,14 @@ from trojanscope.detectors.features import FeatureFamily
 from trojanscope.modalities.image.features.blob_scan import centre, flip_rates
 
 
+def colour_excess(ctx, rates: np.ndarray) -> np.ndarray:
+    """[C, C] from ``rates`` [C, C, colours]: each pair's best-colour flip rate less its mean over colours; -inf on
+    the diagonal and for sources without examples."""
+    present = np.isin(np.arange(ctx.n_classes), ctx.y)
+    valid = present[:, None] & ~np.eye(ctx.n_classes, dtype=bool)
+    return np.where(valid, rates.max(-1) - rates.mean(-1), -np.inf)
+
+
 class SignSquares(FeatureFamily):
     name = "sign-squares"
     description = "Colour excess of one-colour squares stamped on the middle of each example's sign, per class pair."
@@ -38,11 +46,11 @@ class SignSquares(FeatureFamily):
 
     def compute(self, ctx) -> dict[str, float]:
         r = self.rates(ctx)
-        present = np.isin(np.arange(ctx.n_classes), ctx.y)
-        valid = present[:, None] & ~np.eye(ctx.n_classes, dtype=bool)
         feats: dict[str, float] = {}
         for k, side in enumerate(self.sides):
-            excess = np.sort((r[k].max(-1) - r[k].mean(-1))[valid])[::-1]
+            pairs = colour_excess(ctx, r[k])
+            valid = np.isfinite(pairs)
+            excess = np.sort(pairs[valid])[::-1]
             feats.update({
                 f"excess_max_{side}": float(excess[0]),
                 f"excess_gap_{side}": float(excess[0] - excess[1]) if len(excess) > 1 else float(excess[0]),
