@@ -193,7 +193,8 @@ def main(argv: list[str] | None = None) -> None:
         for g in groups:
             te_rows, te_y, _, te_d = stack(lambda gg, role, g=g: gg == g and role == "test")
             if te_rows:
-                outside = sum(clf.outside(clf.vector(r)[None, :]) is not None for r in te_rows)
+                outside = sum(clf.outside(clf.vector(r)[None, :], shapes=[(d or {}).get("shape")]) is not None
+                              for r, d in zip(te_rows, te_d, strict=True))
                 print(line(g, det, te_rows, te_y, te_d) + f"  features outside fit {outside}/{len(te_rows)}")
         if name in declared:  # the fit recorded its models' domains (from `data`): what `detect fit` records
             out = args.out / f"{name}-union.json"  # `trojanscope evaluate --detector NAME --params` reads it

@@ -85,3 +85,49 @@ def test_auto_fits_on_real_models_and_scores_reading_only_its_choice(strong_zoo,
     d = back.score(models[0])
     assert 0.0 < d.probability < 1.0
     assert {k.split(".")[0] for k in d.features} == set(back.used_families)
+
+
+def _shaped_rows(n=80, seed=0):
+    """Two head shapes; the weights family carries the label only against its own shape's scale."""
+    rng = np.random.default_rng(seed)
+    fams = DETECTORS.get("auto").families
+    rows, y, domains = [], [], []
+    for i in range(n):
+        label, wide = i % 2, (i // 2) % 2
+        row = {f"{fam}.x{k}": float(rng.standard_normal()) for fam in fams for k in range(2)}
+        row["weights.x0"] = (10.0 if wide else 0.0) + (3.0 if wide else 1.0) * (rng.standard_normal() + 1.5 * label)
+        rows.append(row)
+        y.append(label)
+        domains.append({"shape": "GruLinear hidden 512" if wide else "GruLinear hidden 64"})
+    return rows, np.asarray(y), domains
+
+
+def test_auto_tries_each_candidate_against_shape_references_and_keeps_the_better(tmp_path):
+    rows, y, domains = _shaped_rows()
+    det = DETECTORS.get("auto")().fit_features(rows, y, domains=domains)
+    tried = det.trained_on_["candidates_cv_cross_entropy"]
+    assert len(tried) == 2 * len(det.candidates) and "weights @shape" in tried
+    assert det.classifier_.reference == "shape" and det.trained_on_["reference"] == "shape"
+    assert tried["weights @shape"] < tried["weights"]
+    det.save(tmp_path / "auto.json")
+    back = DETECTORS.get("auto").load(tmp_path / "auto.json")
+    np.testing.assert_array_equal(back.score_features(rows, domains), det.score_features(rows, domains))
+    # without the shapes the same rows are read against all models: another (worse) answer, not an error
+    assert not np.array_equal(back.score_features(rows), det.score_features(rows, domains))
+
+
+def test_auto_without_model_shapes_tries_the_global_reading_only_and_records_why():
+    rows, y, _ = _shaped_rows()
+    det = DETECTORS.get("auto")().fit_features(rows, y)
+    assert not any("@shape" in k for k in det.trained_on_["candidates_cv_cross_entropy"])
+    assert "lack head shapes" in det.trained_on_["reference_note"]
+
+
+def test_declared_references_are_validated():
+    for bad in ('["shape", "shape"]', '[]', '["magic"]', '"shape"'):
+        text = f'[detectors.x]\nfamilies = ["scan"]\nreferences = {bad}\n'
+        with pytest.raises(ConfigError, match="references must be"):
+            parse_specs(text, "d.toml", {"scan": "text"})
+    ok = parse_specs('[detectors.x]\nfamilies = ["scan"]\nreferences = ["global", "shape"]\n', "d.toml",
+                     {"scan": "text"})
+    assert ok[0].references == ("global", "shape")

@@ -180,3 +180,64 @@ def test_a_models_probability_does_not_depend_on_the_models_scored_with_it():
     clf = MetaClassifier.fit(f, y, [f"x{i}" for i in range(40)])
     batch = clf.predict_proba(f)
     assert all(clf.predict_proba(f[i : i + 1])[0] == batch[i] for i in range(len(f)))
+
+
+def _shaped(n_per=40, seed=0):
+    """Two head shapes whose feature a sits at scales 10 apart; within each, trojaned models sit 1.5 sd higher."""
+    rng = np.random.default_rng(seed)
+    f, y, shapes = [], [], []
+    for shape, (centre, spread) in {"wide": (10.0, 3.0), "narrow": (0.0, 1.0)}.items():
+        label = np.arange(n_per) % 2
+        a = centre + spread * (rng.standard_normal(n_per) + 1.5 * label)
+        f.append(np.column_stack([a, rng.standard_normal((n_per, 2))]))
+        y.append(label)
+        shapes += [shape] * n_per
+    return np.vstack(f), np.concatenate(y), np.asarray(shapes)
+
+
+def test_reading_against_each_shapes_references_beats_one_scale_for_all():
+    f, y, shapes = _shaped()
+    names = ["a", "b", "c"]
+    flat = MetaClassifier.fit(f, y, names)
+    own = MetaClassifier.fit(f, y, names, shapes=shapes, reference="shape")
+    assert own.reference == "shape" and set(own.references["by_shape"]) == {"wide", "narrow"}
+    assert own.cv_cross_entropy < flat.cv_cross_entropy - 0.1
+    test_f, test_y, test_shapes = _shaped(seed=1)
+    assert _ce(test_y, own.predict_proba(test_f, test_shapes)) < _ce(test_y, flat.predict_proba(test_f)) - 0.1
+    # the same file read back gives the same answers, shape by shape
+    back = MetaClassifier.from_dict(json.loads(json.dumps(own.to_dict())))
+    np.testing.assert_array_equal(back.predict_proba(test_f, test_shapes), own.predict_proba(test_f, test_shapes))
+
+
+def test_a_shape_with_too_few_models_is_read_against_all_and_says_so():
+    from trojanscope.detectors.meta import MIN_REFERENCES
+
+    f, y, shapes = _shaped()
+    shapes = shapes.copy()
+    shapes[: MIN_REFERENCES - 1] = "rare"
+    clf = MetaClassifier.fit(f, y, ["a", "b", "c"], shapes=shapes, reference="shape")
+    assert "rare" not in clf.references["by_shape"]
+    assert clf.unreferenced("wide") is None
+    assert "rare" in clf.unreferenced("rare") and f"all {len(y)}" in clf.unreferenced("rare")
+    assert "unseen" in clf.unreferenced("unseen")
+    pooled = clf.predict_proba(f[:3], ["rare", "unseen", None])
+    assert pooled[1] == pooled[1] and pooled[2] == clf.predict_proba(f[2:3])[0]  # None and unseen: pooled
+    assert MetaClassifier.fit(f, y, ["a", "b", "c"]).unreferenced("rare") is None  # global reading: no note
+
+
+def test_shape_reading_needs_shapes_and_a_bad_reference_file_is_refused():
+    f, y, shapes = _shaped()
+    with pytest.raises(ConfigError, match="one head shape per model"):
+        MetaClassifier.fit(f, y, ["a", "b", "c"], reference="shape")
+    with pytest.raises(ConfigError, match="reference 'magic'"):
+        MetaClassifier.fit(f, y, ["a", "b", "c"], reference="magic")
+    d = json.loads(json.dumps(MetaClassifier.fit(f, y, ["a", "b", "c"], shapes=shapes, reference="shape").to_dict()))
+    wide = d["references"]["by_shape"]["wide"]
+    for bad in ({**d, "reference": "magic"},
+                {**d, "references": None},
+                {**d, "references": {**d["references"], "by_shape": {"wide": {**wide, "median": wide["median"][:-1]}}}},
+                {**d, "references": {**d["references"], "by_shape": {"wide": {**wide, "scale": [0.0, 1.0, 1.0]}}}},
+                {**d, "references": {**d["references"], "pooled": {**wide, "n": 0}}},
+                {**d, "reference": "global"}):
+        with pytest.raises(ConfigError, match="malformed"):
+            MetaClassifier.from_dict(bad)

@@ -19,7 +19,7 @@ from trojanscope.detectors.base import DETECTORS
 from trojanscope.errors import ConfigError
 
 DETECTOR_SPECS: dict[str, DetectorSpec] = {}
-SPEC_KEYS = {"families", "description", "params", "fallback", "candidates"}
+SPEC_KEYS = {"families", "description", "params", "fallback", "candidates", "references"}
 # A modality's declarations are Python, not a data file, so they may also name the estimator class.
 MODALITY_SPEC_KEYS = SPEC_KEYS | {"estimator"}
 META_DETECTOR = "trojanscope.detectors.learned:MetaDetector"
@@ -38,6 +38,7 @@ class DetectorSpec:
     fallback: dict[str, str] = field(default_factory=dict)
     estimator: str = META_DETECTOR
     candidates: tuple[tuple[str, ...], ...] | None = None  # family subsets the fit chooses from (None: all)
+    references: tuple[str, ...] | None = None  # readings each candidate is tried with (None: "global" only)
 
     @property
     def needs(self) -> frozenset[str]:
@@ -50,10 +51,12 @@ class DetectorSpec:
 
     def declared_params(self) -> dict[str, Any]:
         """The estimator parameters this declaration fixes: ``name``, ``families``, ``fallback`` (and
-        ``candidates`` where it declares them)."""
+        ``candidates`` and ``references`` where it declares them)."""
         fixed: dict[str, Any] = {"name": self.name, "families": self.families, "fallback": dict(self.fallback)}
         if self.candidates is not None:
             fixed["candidates"] = self.candidates
+        if self.references is not None:
+            fixed["references"] = self.references
         return fixed
 
     def __call__(self, **params: Any) -> Any:
@@ -128,9 +131,18 @@ def spec_from_entry(name: str, entry: Any, where: str, modality_of: dict[str, st
         if outside:
             raise ConfigError(f"{where}: candidates name families {outside} that are not in its families; add them")
         candidates = tuple(tuple(c) for c in candidates)
+    references = entry.get("references")
+    if references is not None:
+        from trojanscope.detectors.meta import REFERENCE_MODES
+
+        if (not isinstance(references, list) or not references or len(set(references)) != len(references)
+                or not all(r in REFERENCE_MODES for r in references)):
+            raise ConfigError(f"{where}: references must be a non-empty list of distinct readings out of "
+                              f"{', '.join(map(repr, REFERENCE_MODES))}")
+        references = tuple(references)
     return DetectorSpec(name=name, families=tuple(families), modality=modalities.pop(),
                         description=str(entry.get("description", "")), shipped=entry.get("params"),
-                        fallback=dict(fallback), estimator=estimator, candidates=candidates)
+                        fallback=dict(fallback), estimator=estimator, candidates=candidates, references=references)
 
 
 def declare_shipped(modality_of: dict[str, str]) -> None:

@@ -148,10 +148,14 @@ class MetaDetector(Detector):
 
     def __init__(self, *, families: Sequence[str], name: str = "meta", fallback: dict[str, str] | None = None,
                  family_params: dict[str, dict] | None = None, workers: int = 1, seed: int = 0,
-                 executor: str = "local", candidates: Sequence[Sequence[str]] | None = None) -> None:
+                 executor: str = "local", candidates: Sequence[Sequence[str]] | None = None,
+                 references: Sequence[str] | None = None) -> None:
         self.families = families
         # family subsets the fit chooses from by cross-validated CE (None: all the families, no choice)
         self.candidates = candidates
+        # how features are read, each tried with every candidate: "global" (against every fit model) and/or
+        # "shape" (against the fit's models of the suspect's head shape; detectors/meta.py). None: global only.
+        self.references = references
         self.name = name  # what its parameter file and messages call it
         self.fallback = fallback  # modality -> the detector that scores models of that modality instead
         self.family_params = family_params
@@ -195,11 +199,10 @@ class MetaDetector(Detector):
             self._check_modality(m)
         from trojanscope.detectors import domain
 
+        domains = [domain.model_domain(m) for m in models]
         rows, _ = feature_table(models, self.families, self.family_params, workers=self.workers,
                                 executor=self.executor)
-        self.fit_features(rows, labels, groups=groups)
-        self.trained_on_["domain"] = domain.summarize(domain.model_domain(m) for m in models)
-        return self
+        return self.fit_features(rows, labels, groups=groups, domains=domains)
 
     def fit_features(self, rows: Sequence[dict[str, float]], labels: Sequence[int], *,
                      family_params: dict[str, dict] | None = None,
@@ -211,23 +214,38 @@ class MetaDetector(Detector):
         fit domain (:meth:`fit` records it from the models)."""
         best: tuple[float, tuple[str, ...], MetaClassifier] | None = None
         tried = {}
+        readings = tuple(self.references or ("global",))
+        shapes = [(d or {}).get("shape") for d in domains] if domains is not None else None
+        skipped = None
+        if "shape" in readings and (shapes is None or len(shapes) != len(rows) or None in shapes):
+            # rows without every model's head shape (e.g. a benchmark's synthetic rows): the shape reading cannot
+            # be tried; the file says so rather than the choice pretending it was made
+            readings = tuple(r for r in readings if r != "shape") or ("global",)
+            skipped = "shape reading not tried: the training rows lack head shapes (fit on a zoo)"
         for subset in [tuple(c) for c in self.candidates] if self.candidates else [tuple(self.families)]:
             prefixes = tuple(f"{f}." for f in subset)
             f, names = matrix([{k: v for k, v in r.items() if k.startswith(prefixes)} for r in rows])
             if not names:
                 raise ConfigError(f"detector {self.name!r}: no features of {', '.join(subset)} computed; is the "
                                   "training zoo empty?")
-            clf = MetaClassifier.fit(f, np.asarray(labels), names, seed=self.seed, groups=groups)
-            tried["+".join(subset)] = round(clf.cv_cross_entropy, 4)
-            if best is None or clf.cv_cross_entropy < best[0] - 1e-9:  # ties: the earlier candidate
-                best = (clf.cv_cross_entropy, subset, clf)
+            for reading in readings:  # ties: the earlier candidate, global before shape
+                clf = MetaClassifier.fit(f, np.asarray(labels), names, seed=self.seed, groups=groups,
+                                         shapes=shapes if reading == "shape" else None, reference=reading)
+                key = "+".join(subset) + ("" if reading == "global" else " @shape")
+                tried[key] = round(clf.cv_cross_entropy, 4)
+                if best is None or clf.cv_cross_entropy < best[0] - 1e-9:
+                    best = (clf.cv_cross_entropy, subset, clf)
         assert best is not None
         _, self.selected_, self.classifier_ = best
         used = self.family_params if family_params is None else family_params
         self.family_params_ = {fam.name: fam.params() for fam in _families(self.families, used)}
         self.trained_on_: dict[str, Any] = {"n_models": len(rows), "n_trojaned": int(np.sum(labels))}
-        if self.candidates:
+        if self.candidates or len(tried) > 1:
             self.trained_on_["candidates_cv_cross_entropy"] = tried
+        if self.references:
+            self.trained_on_["reference"] = self.classifier_.reference
+        if skipped:
+            self.trained_on_["reference_note"] = skipped
         if domains is not None:
             from trojanscope.detectors import domain
 
@@ -266,14 +284,18 @@ class MetaDetector(Detector):
 
         feats = compute_features(inputs, _families(self.used_families, self.family_params_))
         vec = clf.vector(feats)[None, :]
-        p = float(clf.predict_proba(vec)[0])
         fitted, here = getattr(self, "trained_on_", {}).get("domain"), domain.safe_domain(inputs)
+        shape = [(here or {}).get("shape")]
+        p = float(clf.predict_proba(vec, shape)[0])
         diffs = domain.differences(fitted, here)
         notes = [line for _, line in diffs]
+        pooled = clf.unreferenced(shape[0])
+        if pooled is not None:
+            notes.append(pooled)
         if any(key in domain.ABSTAIN_ON for key, _ in diffs):  # the features mean something else: no evidence
             p = 0.5
             notes.append("answered 0.5: outside the fit's classes, input or modality the features mean something else")
-        far = clf.outside(vec)
+        far = clf.outside(vec, shapes=shape)
         if far is not None:
             notes.append(far)
         return Detection(probability=p, features=feats, warnings=[f"out of fit: {n}" for n in notes])
@@ -288,7 +310,8 @@ class MetaDetector(Detector):
         """P(trojaned) for precomputed feature dicts; with each model's ``domains`` (:func:`domain.model_domain`),
         0.5 for a model outside the fit's classes, input or modality, as :meth:`score` answers."""
         clf = self._check_fitted()
-        p = clf.predict_proba(np.stack([clf.vector(r) for r in rows]))
+        shapes = None if domains is None else [(d or {}).get("shape") for d in domains]
+        p = clf.predict_proba(np.stack([clf.vector(r) for r in rows]), shapes)
         if domains is not None:
             from trojanscope.detectors import domain
 

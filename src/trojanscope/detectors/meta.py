@@ -23,6 +23,15 @@ inside); ``abstain`` is chosen from ``ABSTAIN_GRID`` with C, by the left-out gen
 least 1 by design: a fit cannot learn from its own generators how wrong it is outside all of them. A model far
 outside every generator the fit saw thus gets about 0.5. Without groups (one generator, e.g. configure mode on
 a round's train split), nothing changes: stratified folds and no abstention.
+
+**Read against references of its own shape** (``reference="shape"``, with each model's head ``shapes``: the
+domain's architecture, width, depth and direction): before the standardisation above, every feature becomes a
+z-score against the fit's models of the same shape (their median and standard deviation: :class:`References`),
+computed inside each cross-validation fold from the fold's own models, so the choice between the two readings
+is made on models the references never contained. A shape with fewer than ``MIN_REFERENCES`` fit models, or
+one the fit never saw, is read against all of them (``pooled``). In configure mode the round's training split
+holds every shape of the round, so a weight statistic that scales with width is read against heads of that
+width, not against an absolute learned from other shapes.
 """
 
 from __future__ import annotations
@@ -42,6 +51,8 @@ Z_CLIP = 6.0  # standardised features are clipped: a test model far outside the 
 ABSTAIN_GRID = (1.0, 2.0, 4.0, 8.0)  # weight exp(-abstain * excess) on the fit, the rest on 0.5; by left-out CE
 REACH_QUANTILE = 0.9  # the fit's own models' reach that counts as "inside"
 MIN_GROUPS = 3  # leave-one-generator-out calibration needs at least this many generators
+MIN_REFERENCES = 5  # fit models of one shape needed to read that shape against its own (else: pooled)
+REFERENCE_MODES = ("global", "shape")
 
 
 def _ce(y: np.ndarray, p: np.ndarray) -> float:
@@ -118,6 +129,80 @@ def _group_splits(y: np.ndarray, groups: np.ndarray | None) -> list[tuple[np.nda
     return splits
 
 
+def _median_scale(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Median and std per column over finite values (0 and 1 where a column has none or no spread)."""
+    import warnings
+
+    finite = np.where(np.isfinite(part), part, np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns are handled just below
+        median = np.nan_to_num(np.nanmedian(finite, axis=0)) if len(part) else np.zeros(part.shape[1])
+        scale = np.nanstd(finite, axis=0) if len(part) else np.ones(part.shape[1])
+    return median, np.where(np.isfinite(scale) & (scale > 1e-9), scale, 1.0)
+
+
+@dataclass
+class References:
+    """Per-shape reference statistics (module docstring): ``by_shape`` maps a head shape to its models' count,
+    medians and standard deviations; ``pooled`` holds every model's, for shapes with too few or none."""
+
+    by_shape: dict[str, dict[str, Any]]
+    pooled: dict[str, Any]
+
+    @classmethod
+    def fit(cls, f: np.ndarray, shapes: np.ndarray) -> References:
+        med, sd = _median_scale(f)
+        by_shape = {}
+        for shape in sorted(set(shapes.tolist())):
+            rows = f[shapes == shape]
+            if len(rows) >= MIN_REFERENCES:
+                m, s = _median_scale(rows)
+                by_shape[shape] = {"n": len(rows), "median": m.tolist(), "scale": s.tolist()}
+        return cls(by_shape=by_shape, pooled={"n": len(f), "median": med.tolist(), "scale": sd.tolist()})
+
+    def of(self, shape: str | None) -> dict[str, Any]:
+        """The statistics a model of ``shape`` is read against (its shape's, else the pooled ones)."""
+        return self.by_shape.get(shape, self.pooled) if shape is not None else self.pooled
+
+    def relative(self, f: np.ndarray, shapes: np.ndarray) -> np.ndarray:
+        """Rows of ``f`` as z-scores against their shape's references (missing values stay NaN)."""
+        out = np.empty_like(f, dtype=np.float64)
+        for i, shape in enumerate(shapes.tolist()):
+            ref = self.of(shape)
+            out[i] = (f[i] - np.asarray(ref["median"])) / np.asarray(ref["scale"])
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"by_shape": self.by_shape, "pooled": self.pooled}
+
+    @classmethod
+    def from_dict(cls, d: Any, n_features: int) -> References:
+        """Rebuild from JSON, checking every entry (the file is untrusted; raises ValueError)."""
+        if not isinstance(d, dict) or not isinstance(d.get("by_shape"), dict) or not isinstance(d.get("pooled"), dict):
+            raise ValueError("references must hold 'by_shape' and 'pooled'")
+        for key, ref in [*d["by_shape"].items(), ("pooled", d["pooled"])]:
+            if not isinstance(key, str) or not isinstance(ref, dict) or set(ref) != {"n", "median", "scale"}:
+                raise ValueError(f"reference {key!r} must hold n, median and scale")
+            if not isinstance(ref["n"], int) or ref["n"] < 1:
+                raise ValueError(f"reference {key!r}: n must be a positive integer")
+            arr = np.asarray([*ref["median"], *ref["scale"]], dtype=np.float64)
+            if len(ref["median"]) != n_features or len(ref["scale"]) != n_features or not np.isfinite(arr).all():
+                raise ValueError(f"reference {key!r} must hold {n_features} finite medians and scales")
+            if min(ref["scale"]) <= 0:
+                raise ValueError(f"reference {key!r}: scales must be positive")
+        return cls(by_shape=dict(d["by_shape"]), pooled=dict(d["pooled"]))
+
+
+def _fold(f: np.ndarray, shapes: np.ndarray | None, tr: np.ndarray,
+          te: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A fold's training and held-out rows, read against references from the fold's training rows alone where
+    ``shapes`` are given (so the held-out rows never shape their own references)."""
+    if shapes is None:
+        return f[tr], f[te]
+    refs = References.fit(f[tr], shapes[tr])
+    return refs.relative(f[tr], shapes[tr]), refs.relative(f[te], shapes[te])
+
+
 @dataclass
 class MetaClassifier:
     """Fitted state; build with :meth:`fit` or :meth:`from_dict`."""
@@ -139,13 +224,17 @@ class MetaClassifier:
     reach_ref: float | None = None  # the fit's own models' reach (90th percentile); None: no abstention
     calibration: str = "stratified"  # "stratified" folds, or "groups": leave one generator out
     n_groups: int | None = None  # generators in the fit (with calibration "groups")
+    reference: str = "global"  # "global", or "shape": features read against the fit's models of each shape
+    references: dict[str, Any] | None = None  # References.to_dict() with reference "shape"
 
     @classmethod
     def fit(cls, features: np.ndarray, labels: np.ndarray, names: list[str], seed: int = 0,
-            groups: np.ndarray | list | None = None) -> MetaClassifier:
+            groups: np.ndarray | list | None = None, shapes: np.ndarray | list | None = None,
+            reference: str = "global") -> MetaClassifier:
         """Fit on ``features`` [N, F] and 0/1 ``labels`` [N] (cross-validation needs ≥ 2 of each class).
         ``groups`` [N]: the generator of each model; with at least 3, calibration leaves one generator out and
-        fits the abstention (module docstring)."""
+        fits the abstention. ``reference="shape"`` reads each feature against the fit's models of the same head
+        shape (``shapes`` [N], required then; module docstring)."""
         from sklearn.model_selection import StratifiedKFold
 
         f = np.asarray(features, dtype=np.float64)
@@ -159,19 +248,28 @@ class MetaClassifier:
         g = None if groups is None else np.asarray([str(v) for v in groups])
         if g is not None and len(g) != len(y):
             raise ConfigError(f"{len(g)} group labels for {len(y)} models")
+        if reference not in REFERENCE_MODES:
+            raise ConfigError(f"reference {reference!r} is not one of {', '.join(REFERENCE_MODES)}")
+        sh = None
+        if reference == "shape":
+            if shapes is None or len(shapes) != len(y):
+                raise ConfigError(f"reading features against each shape's references needs one head shape per "
+                                  f"model, got {0 if shapes is None else len(shapes)} for {len(y)} models")
+            sh = np.asarray([str(v) for v in shapes])
         by_group = _group_splits(y, g)
         if by_group is not None:
-            return cls._fit_groups(f, y, names, by_group)
+            return cls._fit_groups(f, y, names, by_group, sh)
         folds = min(5, minority)
-        splits = list(StratifiedKFold(folds, shuffle=True, random_state=seed).split(f, y))
+        splits = [(tr, te, *_fold(f, sh, tr, te))
+                  for tr, te in StratifiedKFold(folds, shuffle=True, random_state=seed).split(f, y)]
 
         best: tuple[float, float, np.ndarray] | None = None
         for c in C_GRID:
             oof = np.zeros(len(y))
-            for tr, te in splits:
-                m, s = cls._stats(f[tr])
-                coef, b = _fit_lr(_standardise(f[tr], m, s), y[tr], c)
-                oof[te] = _standardise(f[te], m, s) @ coef + b
+            for tr, te, f_tr, f_te in splits:
+                m, s = cls._stats(f_tr)
+                coef, b = _fit_lr(_standardise(f_tr, m, s), y[tr], c)
+                oof[te] = _standardise(f_te, m, s) @ coef + b
             a, pb = _fit_platt(oof, y)
             ce = _ce(y, _sigmoid(a * oof + pb))
             if best is None or ce < best[0] - 1e-9:
@@ -179,16 +277,22 @@ class MetaClassifier:
         assert best is not None
         _, c, oof = best
         a, pb = _fit_platt(oof, y)
-        return cls._finish(f, y, names, c, (a, pb), _sigmoid(a * oof + pb), oof)
+        return cls._finish(f, y, names, c, (a, pb), _sigmoid(a * oof + pb), oof, shapes=sh)
 
     @classmethod
     def _finish(cls, f: np.ndarray, y: np.ndarray, names: list[str], c: float, platt: tuple[float, float],
-                p_oof: np.ndarray, oof: np.ndarray, **extra: Any) -> MetaClassifier:
-        """ε from the out-of-fold probabilities ``p_oof``, then the final fit of C ``c`` on every model."""
+                p_oof: np.ndarray, oof: np.ndarray, shapes: np.ndarray | None = None,
+                **extra: Any) -> MetaClassifier:
+        """ε from the out-of-fold probabilities ``p_oof``, then the final fit of C ``c`` on every model (read
+        against references of each of ``shapes`` where given)."""
         eps = min(EPS_GRID, key=lambda e: (_ce(y, np.clip(p_oof, e, 1 - e)), e))
         # n training models cannot support confidence beyond about 1/(n+2) (Laplace's rule): on 8 models the
         # out-of-fold fit was perfect, ε went to 0.01 and one test mistake then cost -ln 0.01 = 4.6 nats.
         eps = float(np.clip(max(eps, 1.0 / (len(y) + 2)), EPS_GRID[0], EPS_GRID[-1]))
+        if shapes is not None:
+            refs = References.fit(f, shapes)
+            f = refs.relative(f, shapes)
+            extra = {**extra, "reference": "shape", "references": refs.to_dict()}
         mean, scale = cls._stats(f)
         z = _standardise(f, mean, scale)
         coef, b = _fit_lr(z, y, c)
@@ -203,27 +307,21 @@ class MetaClassifier:
     def _stats(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Median and std per feature over finite values (median 0 and std 1 where a feature has none: a fold
         without the generators that have it, e.g. one head type's weights)."""
-        import warnings
-
-        finite = np.where(np.isfinite(part), part, np.nan)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns are handled just below
-            mean = np.nan_to_num(np.nanmedian(finite, axis=0))
-            scale = np.nanstd(finite, axis=0)
-        return mean, np.where(np.isfinite(scale) & (scale > 1e-9), scale, 1.0)
+        return _median_scale(part)
 
     @classmethod
     def _fit_groups(cls, f: np.ndarray, y: np.ndarray, names: list[str],
-                    splits: list[tuple[np.ndarray, np.ndarray]]) -> MetaClassifier:
+                    splits: list[tuple[np.ndarray, np.ndarray]], shapes: np.ndarray | None = None) -> MetaClassifier:
         """Leave-one-generator-out choice of C, Platt map, abstention and ε (module docstring)."""
         best: tuple[float, float, float, tuple[float, float], np.ndarray, np.ndarray] | None = None
+        folds = [(tr, te, *_fold(f, shapes, tr, te)) for tr, te in splits]
         for c in C_GRID:
             oof, excess = np.zeros(len(y)), np.zeros(len(y))
-            for tr, te in splits:
-                m, s = cls._stats(f[tr])
-                z_tr = _standardise(f[tr], m, s)
+            for tr, te, f_tr, f_te in folds:
+                m, s = cls._stats(f_tr)
+                z_tr = _standardise(f_tr, m, s)
                 coef, b = _fit_lr(z_tr, y[tr], c)
-                z_te = _standardise(f[te], m, s)
+                z_te = _standardise(f_te, m, s)
                 oof[te] = z_te @ coef + b
                 ref = float(np.quantile(_reach(z_tr, coef), REACH_QUANTILE))
                 excess[te] = _excess(_reach(z_te, coef), ref)
@@ -237,49 +335,70 @@ class MetaClassifier:
                     best = (ce, c, lam, platt, p, oof)
         assert best is not None
         _, c, lam, platt, p_oof, oof = best
-        fitted = cls._finish(f, y, names, c, platt, p_oof, oof, abstain=float(lam),
+        fitted = cls._finish(f, y, names, c, platt, p_oof, oof, shapes=shapes, abstain=float(lam),
                              calibration="groups", n_groups=len(splits))
-        fitted.reach_ref = float(np.quantile(_reach(fitted._z(f), np.asarray(fitted.coef)), REACH_QUANTILE))
+        fitted.reach_ref = float(np.quantile(_reach(fitted._z(f, shapes), np.asarray(fitted.coef)),
+                                             REACH_QUANTILE))
         return fitted
 
     def vector(self, features: dict[str, float]) -> np.ndarray:
-        """The feature vector in training order; a feature this model lacks takes the training median."""
+        """The feature vector in training order; a feature this model lacks takes the training median (read
+        against shape references: NaN, which reads as the median once standardised)."""
+        if self.reference == "shape":
+            return np.asarray([features.get(n, np.nan) for n in self.feature_names], float)
         return np.asarray([features.get(n, m) for n, m in zip(self.feature_names, self.mean, strict=True)], float)
 
-    def _z(self, f: np.ndarray) -> np.ndarray:
-        """Rows of ``f`` standardised (and clipped) as the classifier reads them."""
-        return _standardise(np.atleast_2d(f), np.asarray(self.mean), np.asarray(self.scale))
+    def unreferenced(self, shape: str | None) -> str | None:
+        """One line when a model of head ``shape`` is read against the pooled references (its shape had fewer
+        than MIN_REFERENCES fit models, or none); None when it has its own, or the fit reads no references."""
+        if self.reference != "shape" or self.references is None:
+            return None
+        refs = References.from_dict(self.references, len(self.feature_names))
+        if shape in refs.by_shape:
+            return None
+        return (f"head shape {shape} has no references among the fit's models (fewer than {MIN_REFERENCES}); "
+                f"read against all {refs.pooled['n']}")
 
-    def decision(self, f: np.ndarray) -> np.ndarray:
+    def _z(self, f: np.ndarray, shapes: np.ndarray | list | None = None) -> np.ndarray:
+        """Rows of ``f`` standardised (and clipped) as the classifier reads them; read against the references of
+        each row's head shape first where the fit does (``shapes``; None: the pooled references)."""
+        f = np.atleast_2d(np.asarray(f, dtype=np.float64))
+        if self.reference == "shape" and self.references is not None:
+            sh = np.asarray([None] * len(f) if shapes is None else list(shapes), dtype=object)
+            f = References(**self.references).relative(f, sh)
+        return _standardise(f, np.asarray(self.mean), np.asarray(self.scale))
+
+    def decision(self, f: np.ndarray, shapes: np.ndarray | list | None = None) -> np.ndarray:
         # Row by row, not a matrix product: BLAS gives one row alone and the same row in a batch different last
         # bits, and a model's answer must not depend on which models were scored with it.
-        return (self._z(f) * np.asarray(self.coef)).sum(axis=1) + self.intercept
+        return (self._z(f, shapes) * np.asarray(self.coef)).sum(axis=1) + self.intercept
 
-    def weight(self, f: np.ndarray) -> np.ndarray:
+    def weight(self, f: np.ndarray, shapes: np.ndarray | list | None = None) -> np.ndarray:
         """The fit's weight in (0, 1] for rows of ``f`` (the rest goes to 0.5): 1 inside its reach, less outside."""
         if not self.abstain or self.reach_ref is None:
             return np.ones(len(np.atleast_2d(f)))
-        reach = _reach(self._z(f), np.asarray(self.coef))
+        reach = _reach(self._z(f, shapes), np.asarray(self.coef))
         return np.exp(-self.abstain * _excess(reach, self.reach_ref))
 
-    def predict_proba(self, f: np.ndarray) -> np.ndarray:
-        """Calibrated, clipped P(trojaned) for rows of ``f`` (drawn towards 0.5 outside the fit's reach)."""
-        p = _sigmoid(self.platt_a * self.decision(f) + self.platt_b)
+    def predict_proba(self, f: np.ndarray, shapes: np.ndarray | list | None = None) -> np.ndarray:
+        """Calibrated, clipped P(trojaned) for rows of ``f`` (drawn towards 0.5 outside the fit's reach);
+        ``shapes``: each row's head shape, for a fit that reads shape references."""
+        p = _sigmoid(self.platt_a * self.decision(f, shapes) + self.platt_b)
         if self.abstain and self.reach_ref is not None:
-            w = self.weight(f)
+            w = self.weight(f, shapes)
             p = w * p + (1 - w) * 0.5
         return np.clip(p, self.eps, 1 - self.eps)
 
-    def novelty(self, f: np.ndarray) -> np.ndarray:
+    def novelty(self, f: np.ndarray, shapes: np.ndarray | list | None = None) -> np.ndarray:
         """Mean |z| of rows of ``f`` over the standardised (clipped) features: distance from the training centre."""
-        return np.abs(self._z(f)).mean(axis=1)
+        return np.abs(self._z(f, shapes)).mean(axis=1)
 
-    def outside(self, f: np.ndarray, top: int = 3) -> str | None:
+    def outside(self, f: np.ndarray, top: int = 3, shapes: np.ndarray | list | None = None) -> str | None:
         """One line if the feature vector ``f`` lies further from the training centre than every training model
         did (naming the features furthest out), else None; None too for parameters fitted before this."""
         if self.novelty_max is None:
             return None
-        z = self._z(f)[0]
+        z = self._z(f, shapes)[0]
         d = float(np.abs(z).mean())
         if d <= self.novelty_max:
             return None
@@ -293,7 +412,8 @@ class MetaClassifier:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MetaClassifier:
         """Rebuild from JSON, checking every field's type and shape (the file is untrusted)."""
-        optional = {"novelty_max", "abstain", "reach_ref", "calibration", "n_groups"}  # absent from older files
+        optional = {"novelty_max", "abstain", "reach_ref", "calibration", "n_groups",  # absent from older files
+                    "reference", "references"}
         try:
             obj = cls(**{k: d[k] for k in cls.__dataclass_fields__ if k not in optional or k in d})
             n = len(obj.feature_names)
@@ -316,6 +436,12 @@ class MetaClassifier:
                     raise ValueError(f"{key} {v!r} is not a finite number >= 0")
             if obj.calibration not in ("stratified", "groups"):
                 raise ValueError(f"calibration {obj.calibration!r} is not 'stratified' or 'groups'")
+            if obj.reference not in REFERENCE_MODES:
+                raise ValueError(f"reference {obj.reference!r} is not one of {', '.join(REFERENCE_MODES)}")
+            if obj.reference == "shape":
+                obj.references = References.from_dict(obj.references, n).to_dict()
+            elif obj.references is not None:
+                raise ValueError("references are given but reference is 'global'")
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(
                 f"detector parameters are malformed ({exc}); refit with 'trojanscope detect fit'"
