@@ -187,6 +187,9 @@ def fit(
     calibration = (f"left one of {clf.n_groups} generators out, abstains beyond reach {clf.reach_ref:.2f} at rate "
                    f"{clf.abstain:g}" if clf.calibration == "groups" else "stratified folds (one or two generators)")
     chosen = f", reads {' + '.join(det.used_families)}" if getattr(det, "candidates", None) else ""
+    if getattr(det, "references", None):
+        chosen += (" against each head shape's training models" if clf.reference == "shape"
+                   else " against all training models")
     typer.echo(f"fitted {detector} on {n} models{chosen}: C={clf.C:g}, eps={clf.eps:g}, "
                f"cross-validated CE {clf.cv_cross_entropy:.4f}, ROC-AUC {clf.cv_roc_auc:.4f}, "
                f"calibration: {calibration}; novelty bound mean |z| {clf.novelty_max:.2f}; wrote {out}")
