@@ -131,3 +131,18 @@ def test_declared_references_are_validated():
     ok = parse_specs('[detectors.x]\nfamilies = ["scan"]\nreferences = ["global", "shape"]\n', "d.toml",
                      {"scan": "text"})
     assert ok[0].references == ("global", "shape")
+
+
+def test_detect_fit_says_how_auto_reads_its_choice(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    import trojanscope.detectors.runner as runner
+    from trojanscope.cli import build_app
+
+    rows, y, domains = _shaped_rows()
+    det = DETECTORS.get("auto")().fit_features(rows, y, domains=domains)
+    monkeypatch.setattr(runner, "fit_on_zoo", lambda *a, **k: (det, len(y)))  # the fit itself is tested above
+    res = CliRunner().invoke(build_app(), ["detect", "fit", "--zoo", str(tmp_path), "--detector", "auto",
+                                           "--out", str(tmp_path / "auto.json")])
+    assert res.exit_code == 0, res.output
+    assert f"reads {' + '.join(det.used_families)} against each head shape's training models" in res.output
