@@ -136,8 +136,8 @@ def _median_scale(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     finite = np.where(np.isfinite(part), part, np.nan)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns are handled just below
-        median = np.nan_to_num(np.nanmedian(finite, axis=0)) if len(part) else np.zeros(part.shape[1])
-        scale = np.nanstd(finite, axis=0) if len(part) else np.ones(part.shape[1])
+        median = np.nan_to_num(np.nanmedian(finite, axis=0))
+        scale = np.nanstd(finite, axis=0)
     return median, np.where(np.isfinite(scale) & (scale > 1e-9), scale, 1.0)
 
 
@@ -160,16 +160,15 @@ class References:
                 by_shape[shape] = {"n": len(rows), "median": m.tolist(), "scale": s.tolist()}
         return cls(by_shape=by_shape, pooled={"n": len(f), "median": med.tolist(), "scale": sd.tolist()})
 
-    def of(self, shape: str | None) -> dict[str, Any]:
-        """The statistics a model of ``shape`` is read against (its shape's, else the pooled ones)."""
-        return self.by_shape.get(shape, self.pooled) if shape is not None else self.pooled
-
     def relative(self, f: np.ndarray, shapes: np.ndarray) -> np.ndarray:
-        """Rows of ``f`` as z-scores against their shape's references (missing values stay NaN)."""
+        """Rows of ``f`` as z-scores against their shape's references (missing values stay NaN); elementwise, so a
+        row's values never depend on the rows beside it."""
         out = np.empty_like(f, dtype=np.float64)
-        for i, shape in enumerate(shapes.tolist()):
-            ref = self.of(shape)
-            out[i] = (f[i] - np.asarray(ref["median"])) / np.asarray(ref["scale"])
+        keys = np.asarray([s if s in self.by_shape else "" for s in shapes.tolist()])  # "": the pooled references
+        for key in set(keys.tolist()):
+            ref = self.by_shape[key] if key else self.pooled
+            rows = keys == key
+            out[rows] = (f[rows] - np.asarray(ref["median"])) / np.asarray(ref["scale"])
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -351,13 +350,10 @@ class MetaClassifier:
     def unreferenced(self, shape: str | None) -> str | None:
         """One line when a model of head ``shape`` is read against the pooled references (its shape had fewer
         than MIN_REFERENCES fit models, or none); None when it has its own, or the fit reads no references."""
-        if self.reference != "shape" or self.references is None:
-            return None
-        refs = References.from_dict(self.references, len(self.feature_names))
-        if shape in refs.by_shape:
+        if self.reference != "shape" or self.references is None or shape in self.references["by_shape"]:
             return None
         return (f"head shape {shape} has no references among the fit's models (fewer than {MIN_REFERENCES}); "
-                f"read against all {refs.pooled['n']}")
+                f"read against all {self.references['pooled']['n']}")
 
     def _z(self, f: np.ndarray, shapes: np.ndarray | list | None = None) -> np.ndarray:
         """Rows of ``f`` standardised (and clipped) as the classifier reads them; read against the references of
