@@ -4,7 +4,8 @@
         --zoo round5-cpu:train:zoos/r5-train --zoo round5-cpu:test:zoos/r5-test
 
 Each ``--zoo GROUP:ROLE:PATH`` (as ``benchmarks/transfer.py`` takes it) becomes one small JSON file,
-OUT/GROUP-ROLE-<zoo folder>.json: every text feature family's features for every model of the zoo (computed
+OUT/GROUP-ROLE-<zoo folder>.json: every feature family of the zoo's modality (its preset's ``modality``: text
+families for a text round, image families for an image round; ``--families`` picks some) for every model (computed
 through ``benchmarks/detection.py``'s per-zoo cache under ``--cache``), the model's label, whether the zoo
 released it (converged), its METADATA row (the factors a breakdown needs), its domain (classes, architecture,
 head shape, input: what `detect fit` records as the fit domain), the zoo's preset name and version, and each
@@ -25,7 +26,7 @@ import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from detection import FAMILIES, _family_digest, features_for  # noqa: E402
+from detection import _family_digest, features_for  # noqa: E402
 
 ROWS_FORMAT = "trojanscope-feature-rows/1"
 
@@ -53,14 +54,35 @@ def _plain(value):
     return str(value)
 
 
+def zoo_modality(zoo: Path) -> str:
+    """The modality of the round a zoo was built from (its preset.toml's ``modality``; a preset without one is
+    the default modality's)."""
+    from trojanscope.models.modalities import DEFAULT_MODALITY
+
+    path = zoo / "preset.toml"
+    preset = tomllib.loads(path.read_text()) if path.is_file() else {}
+    return preset.get("modality", DEFAULT_MODALITY)
+
+
+def modality_families(modality: str) -> tuple[str, ...]:
+    """Every registered feature family of ``modality``: the text families in detection.py's table order."""
+    from detection import FAMILIES as TEXT_ORDER
+    from trojanscope.detectors.features import FAMILY_MODALITY
+
+    names = [n for n in FAMILY_MODALITY if FAMILY_MODALITY[n] == modality]
+    return tuple(n for n in TEXT_ORDER if n in names) + tuple(sorted(n for n in names if n not in TEXT_ORDER))
+
+
 def export(group: str, role: str, zoo: Path, cache: Path, workers: int,
-           families: tuple[str, ...] = FAMILIES) -> dict:
-    """The rows document of one zoo (features computed or read from ``cache``)."""
+           families: tuple[str, ...] | None = None) -> dict:
+    """The rows document of one zoo (features computed or read from ``cache``); ``families`` default to every
+    family of the zoo's modality."""
     from trojanscope.detectors.domain import safe_domain
     from trojanscope.detectors.learned import inputs_for_model_dir
     from trojanscope.detectors.runner import released_model_dirs
     from trojanscope.models.layout import models_root, read_metadata
 
+    families = modality_families(zoo_modality(zoo)) if families is None else families
     names, rows, labels, secs = features_for(zoo, cache, workers, families)
     released = {d.name for d in released_model_dirs(zoo)}
     meta = {}
@@ -155,14 +177,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cache", type=Path, default=Path("/tmp/rows-cache"),
                     help="detection.py's per-zoo feature caches (reused by transfer.py runs with the same --out)")
     ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--families", default=",".join(FAMILIES),
-                    help="comma-separated text families to compute (default: all of them; e.g. the ones a detector "
-                         "reads, to save time: `auto`'s six cost a third of the nine on a 3-class round)")
+    ap.add_argument("--families", default=None,
+                    help="comma-separated families to compute (default: every family of each zoo's modality; e.g. "
+                         "the ones a detector reads, to save time: `auto`'s six cost a third of the nine on a "
+                         "3-class round)")
     args = ap.parse_args(argv)
-    families = tuple(f.strip() for f in args.families.split(",") if f.strip())
-    unknown = sorted(set(families) - set(FAMILIES))
-    if unknown or not families:
-        ap.error(f"--families: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(FAMILIES)}")
+    families = None if args.families is None else tuple(f.strip() for f in args.families.split(",") if f.strip())
+    for _, _, zoo in args.zoo if families is not None else ():
+        modality = zoo_modality(zoo)
+        known = modality_families(modality)
+        unknown = sorted(set(families) - set(known))
+        if unknown or not families:
+            ap.error(f"--families: {', '.join(unknown) or '(none given)'} not a {modality} family ({zoo} is a "
+                     f"{modality} zoo); choose from {', '.join(known)}")
     args.out.mkdir(parents=True, exist_ok=True)
     args.cache.mkdir(parents=True, exist_ok=True)
     from trojanscope.fsutil import atomic_write_bytes

@@ -96,3 +96,34 @@ def test_the_rows_kept_in_the_repository_load():
         group, role, got, labels, names, domains = rows.load_rows(f, quiet=True)
         assert got and len(got) == len(labels) == len(names) == len(domains) and role in ("train", "test"), f
         assert all(d and d["modality"] == "text" for d in domains), f
+
+
+def test_an_image_zoo_gets_the_image_families(tmp_path, monkeypatch):
+    """The families follow the zoo's modality: an image round's rows hold image families, and a text family
+    asked of an image zoo is refused by name before anything is computed."""
+    zoo = tmp_path / "r1-train"
+    (zoo / "models").mkdir(parents=True)
+    (zoo / "preset.toml").write_text('name = "round1-cpu"\nversion = 2\nmodality = "image"\n')
+    assert rows.zoo_modality(zoo) == "image"
+    image = rows.modality_families("image")
+    assert "sign-squares" in image and "weights" not in image
+    assert rows.modality_families("text")[:2] == ("weights", "weight-ratios")
+    asked = []
+    monkeypatch.setattr(rows, "features_for", lambda zoo_path, cache, workers, families: asked.append(families)
+                        or ([], [], [], []))
+    rows.export("round1-cpu", "train", zoo, tmp_path / "cache.json", 1)
+    assert asked == [image]
+    with pytest.raises(SystemExit):
+        rows.main(["--zoo", f"round1-cpu:train:{zoo}", "--out", str(tmp_path / "out"), "--families", "weights"])
+
+
+def test_image_rows_end_to_end(tiny_image_zoo, tmp_path):
+    """A real (tiny) image zoo's rows: an image family computed, written with its digest, read back."""
+    doc = rows.export("tiny-image", "train", tiny_image_zoo, tmp_path / "cache.json", 1, families=("image-weights",))
+    assert set(doc["families"]) == {"image-weights"} and doc["families"]["image-weights"]["names"]
+    assert all(m["domain"]["modality"] == "image" for m in doc["models"])
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(doc))
+    _, _, got, labels, names, _ = rows.load_rows(path, quiet=True)
+    assert names and len(got) == len(labels) == len(names)
+    assert all(k.startswith("image-weights.") for k in got[0]) and len(got[0]) > 5
