@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from trojanscope.detectors import DETECTORS
     from trojanscope.detectors.learned import inputs_for_model_dir
+    from trojanscope.detectors.meta import reference_keys
     from trojanscope.detectors.runner import released_model_dirs
     from trojanscope.scoring.metrics import score_all
 
@@ -187,14 +188,15 @@ def main(argv: list[str] | None = None) -> None:
         det = fit(make, tr_rows, tr_y, tr_g, tr_d)
         clf = det.classifier_
         chosen_families = f", reads {'+'.join(det.used_families)}" if getattr(det, "candidates", None) else ""
+        chosen_families += "" if clf.reference == "global" else f" @{clf.reference}"
         print(f" union fit on {len(tr_y)} train models (cv CE {clf.cv_cross_entropy:.3f}, cv ROC-AUC "
               f"{clf.cv_roc_auc:.3f}, C {clf.C:g}, calibration {clf.calibration}, abstain {clf.abstain:g}"
               f"{chosen_families}), scored on each group's test zoos:")
         for g in groups:
             te_rows, te_y, _, te_d = stack(lambda gg, role, g=g: gg == g and role == "test")
             if te_rows:
-                outside = sum(clf.outside(clf.vector(r)[None, :], shapes=[(d or {}).get("shape")]) is not None
-                              for r, d in zip(te_rows, te_d, strict=True))
+                outside = sum(clf.outside(clf.vector(r)[None, :], shapes=reference_keys([d], clf.reference))
+                              is not None for r, d in zip(te_rows, te_d, strict=True))
                 print(line(g, det, te_rows, te_y, te_d) + f"  features outside fit {outside}/{len(te_rows)}")
         if name in declared:  # the fit recorded its models' domains (from `data`): what `detect fit` records
             out = args.out / f"{name}-union.json"  # `trojanscope evaluate --detector NAME --params` reads it

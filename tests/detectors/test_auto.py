@@ -98,7 +98,24 @@ def _shaped_rows(n=80, seed=0):
         row["weights.x0"] = (10.0 if wide else 0.0) + (3.0 if wide else 1.0) * (rng.standard_normal() + 1.5 * label)
         rows.append(row)
         y.append(label)
-        domains.append({"shape": "GruLinear hidden 512" if wide else "GruLinear hidden 64"})
+        domains.append({"shape": f"GruLinear hidden {512 if wide else 64}", "architecture": "GruLinear"})
+    return rows, np.asarray(y), domains
+
+
+def _architecture_rows(n=80, seed=0):
+    """Two architectures on two scales, each spread over ten shapes of four models: the shape reading has too
+    few references per shape (pooled), the architecture reading has forty."""
+    rng = np.random.default_rng(seed)
+    fams = DETECTORS.get("auto").families
+    rows, y, domains = [], [], []
+    for i in range(n):
+        label, fc = i % 2, (i // 2) % 2
+        row = {f"{fam}.x{k}": float(rng.standard_normal()) for fam in fams for k in range(2)}
+        row["weights.x0"] = (10.0 if fc else 0.0) + (3.0 if fc else 1.0) * (rng.standard_normal() + 1.5 * label)
+        arch = "FCLinear" if fc else "GruLinear"
+        rows.append(row)
+        y.append(label)
+        domains.append({"shape": f"{arch} hidden {64 * (1 + (i // 4) % 10)}", "architecture": arch})
     return rows, np.asarray(y), domains
 
 
@@ -106,7 +123,7 @@ def test_auto_tries_each_candidate_against_shape_references_and_keeps_the_better
     rows, y, domains = _shaped_rows()
     det = DETECTORS.get("auto")().fit_features(rows, y, domains=domains)
     tried = det.trained_on_["candidates_cv_cross_entropy"]
-    assert len(tried) == 2 * len(det.candidates) and "weights @shape" in tried
+    assert len(tried) == 3 * len(det.candidates) and "weights @shape" in tried and "weights @architecture" in tried
     assert det.classifier_.reference == "shape" and det.trained_on_["reference"] == "shape"
     assert tried["weights @shape"] < tried["weights"]
     det.save(tmp_path / "auto.json")
@@ -116,11 +133,24 @@ def test_auto_tries_each_candidate_against_shape_references_and_keeps_the_better
     assert not np.array_equal(back.score_features(rows), det.score_features(rows, domains))
 
 
+def test_auto_reads_against_the_architecture_where_each_shape_has_too_few_models(tmp_path):
+    rows, y, domains = _architecture_rows()
+    det = DETECTORS.get("auto")().fit_features(rows, y, domains=domains)
+    tried = det.trained_on_["candidates_cv_cross_entropy"]
+    assert tried["weights @architecture"] < min(tried["weights @shape"], tried["weights"])
+    assert det.classifier_.reference == "architecture"
+    det.save(tmp_path / "auto.json")
+    back = DETECTORS.get("auto").load(tmp_path / "auto.json")
+    np.testing.assert_array_equal(back.score_features(rows, domains), det.score_features(rows, domains))
+    assert back.classifier_.unreferenced("GruLinear") is None
+    assert back.classifier_.unreferenced("LstmLinear").startswith("architecture LstmLinear has no references")
+
+
 def test_auto_without_model_shapes_tries_the_global_reading_only_and_records_why():
     rows, y, _ = _shaped_rows()
     det = DETECTORS.get("auto")().fit_features(rows, y)
-    assert not any("@shape" in k for k in det.trained_on_["candidates_cv_cross_entropy"])
-    assert "lack head shapes" in det.trained_on_["reference_note"]
+    assert not any("@" in k for k in det.trained_on_["candidates_cv_cross_entropy"])
+    assert "lack head shapes and architectures" in det.trained_on_["reference_note"]
 
 
 def test_declared_references_are_validated():
@@ -128,9 +158,9 @@ def test_declared_references_are_validated():
         text = f'[detectors.x]\nfamilies = ["scan"]\nreferences = {bad}\n'
         with pytest.raises(ConfigError, match="references must be"):
             parse_specs(text, "d.toml", {"scan": "text"})
-    ok = parse_specs('[detectors.x]\nfamilies = ["scan"]\nreferences = ["global", "shape"]\n', "d.toml",
-                     {"scan": "text"})
-    assert ok[0].references == ("global", "shape")
+    ok = parse_specs('[detectors.x]\nfamilies = ["scan"]\nreferences = ["global", "shape", "architecture"]\n',
+                     "d.toml", {"scan": "text"})
+    assert ok[0].references == ("global", "shape", "architecture")
 
 
 def test_detect_fit_says_how_auto_reads_its_choice(monkeypatch, tmp_path):

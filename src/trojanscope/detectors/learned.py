@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from trojanscope.detectors.base import Detection, Detector, ModelInputs
-from trojanscope.detectors.meta import MetaClassifier
+from trojanscope.detectors.meta import REFERENCE_WORDS, MetaClassifier, reference_keys
 from trojanscope.errors import ConfigError, NotFittedError
 from trojanscope.fsutil import atomic_write_json
 
@@ -154,7 +154,8 @@ class MetaDetector(Detector):
         # family subsets the fit chooses from by cross-validated CE (None: all the families, no choice)
         self.candidates = candidates
         # how features are read, each tried with every candidate: "global" (against every fit model) and/or
-        # "shape" (against the fit's models of the suspect's head shape; detectors/meta.py). None: global only.
+        # "shape" / "architecture" (against the fit's models of the suspect's head shape / architecture;
+        # detectors/meta.py). None: global only.
         self.references = references
         self.name = name  # what its parameter file and messages call it
         self.fallback = fallback  # modality -> the detector that scores models of that modality instead
@@ -215,23 +216,26 @@ class MetaDetector(Detector):
         best: tuple[float, tuple[str, ...], MetaClassifier] | None = None
         tried = {}
         readings = tuple(self.references or ("global",))
-        shapes = [(d or {}).get("shape") for d in domains] if domains is not None else None
+        keys = {r: reference_keys(domains, r) for r in readings}
+        missing = [r for r in readings if r != "global" and (keys[r] is None or len(keys[r]) != len(rows)
+                                                               or None in keys[r])]
         skipped = None
-        if "shape" in readings and (shapes is None or len(shapes) != len(rows) or None in shapes):
-            # rows without every model's head shape (e.g. a benchmark's synthetic rows): the shape reading cannot
-            # be tried; the file says so rather than the choice pretending it was made
-            readings = tuple(r for r in readings if r != "shape") or ("global",)
-            skipped = "shape reading not tried: the training rows lack head shapes (fit on a zoo)"
+        if missing:
+            # rows without every model's head shape or architecture (e.g. a benchmark's synthetic rows): those
+            # readings cannot be tried; the file says so rather than the choice pretending it was made
+            readings = tuple(r for r in readings if r not in missing) or ("global",)
+            skipped = (f"{' and '.join(missing)} reading not tried: the training rows lack "
+                       f"{' and '.join(REFERENCE_WORDS[r] + 's' for r in missing)} (fit on a zoo)")
         for subset in [tuple(c) for c in self.candidates] if self.candidates else [tuple(self.families)]:
             prefixes = tuple(f"{f}." for f in subset)
             f, names = matrix([{k: v for k, v in r.items() if k.startswith(prefixes)} for r in rows])
             if not names:
                 raise ConfigError(f"detector {self.name!r}: no features of {', '.join(subset)} computed; is the "
                                   "training zoo empty?")
-            for reading in readings:  # ties: the earlier candidate, global before shape
+            for reading in readings:  # ties: the earlier candidate, then the earlier reading (global first)
                 clf = MetaClassifier.fit(f, np.asarray(labels), names, seed=self.seed, groups=groups,
-                                         shapes=shapes if reading == "shape" else None, reference=reading)
-                key = "+".join(subset) + ("" if reading == "global" else " @shape")
+                                         shapes=keys[reading], reference=reading)
+                key = "+".join(subset) + ("" if reading == "global" else f" @{reading}")
                 tried[key] = round(clf.cv_cross_entropy, 4)
                 if best is None or clf.cv_cross_entropy < best[0] - 1e-9:
                     best = (clf.cv_cross_entropy, subset, clf)
@@ -285,11 +289,11 @@ class MetaDetector(Detector):
         feats = compute_features(inputs, _families(self.used_families, self.family_params_))
         vec = clf.vector(feats)[None, :]
         fitted, here = getattr(self, "trained_on_", {}).get("domain"), domain.safe_domain(inputs)
-        shape = [(here or {}).get("shape")]
+        shape = reference_keys([here], clf.reference)
         p = float(clf.predict_proba(vec, shape)[0])
         diffs = domain.differences(fitted, here)
         notes = [line for _, line in diffs]
-        pooled = clf.unreferenced(shape[0])
+        pooled = clf.unreferenced(shape[0] if shape else None)
         if pooled is not None:
             notes.append(pooled)
         if any(key in domain.ABSTAIN_ON for key, _ in diffs):  # the features mean something else: no evidence
@@ -310,7 +314,7 @@ class MetaDetector(Detector):
         """P(trojaned) for precomputed feature dicts; with each model's ``domains`` (:func:`domain.model_domain`),
         0.5 for a model outside the fit's classes, input or modality, as :meth:`score` answers."""
         clf = self._check_fitted()
-        shapes = None if domains is None else [(d or {}).get("shape") for d in domains]
+        shapes = reference_keys(domains, clf.reference)
         p = clf.predict_proba(np.stack([clf.vector(r) for r in rows]), shapes)
         if domains is not None:
             from trojanscope.detectors import domain

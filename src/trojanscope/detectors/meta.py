@@ -31,7 +31,9 @@ computed inside each cross-validation fold from the fold's own models, so the ch
 is made on models the references never contained. A shape with fewer than ``MIN_REFERENCES`` fit models, or
 one the fit never saw, is read against all of them (``pooled``). In configure mode the round's training split
 holds every shape of the round, so a weight statistic that scales with width is read against heads of that
-width, not against an absolute learned from other shapes.
+width, not against an absolute learned from other shapes. ``reference="architecture"`` groups the same way by
+the domain's architecture alone (GRU, LSTM, FC, ...): coarser, so more references per group where a round draws
+many widths and depths and each exact shape has few models.
 """
 
 from __future__ import annotations
@@ -52,7 +54,16 @@ ABSTAIN_GRID = (1.0, 2.0, 4.0, 8.0)  # weight exp(-abstain * excess) on the fit,
 REACH_QUANTILE = 0.9  # the fit's own models' reach that counts as "inside"
 MIN_GROUPS = 3  # leave-one-generator-out calibration needs at least this many generators
 MIN_REFERENCES = 5  # fit models of one shape needed to read that shape against its own (else: pooled)
-REFERENCE_MODES = ("global", "shape")
+REFERENCE_MODES = ("global", "shape", "architecture")  # the last two: the model domain's field keying references
+REFERENCE_WORDS = {"shape": "head shape", "architecture": "architecture"}  # how messages name a reference key
+
+
+def reference_keys(domains: Any, reference: str) -> list | None:
+    """Each model's reference key for a fit reading ``reference`` (its domain's head shape or architecture; None
+    where a domain lacks it), or None for the global reading or without domains."""
+    if reference == "global" or domains is None:
+        return None
+    return [(d or {}).get(reference) for d in domains]
 
 
 def _ce(y: np.ndarray, p: np.ndarray) -> float:
@@ -223,8 +234,8 @@ class MetaClassifier:
     reach_ref: float | None = None  # the fit's own models' reach (90th percentile); None: no abstention
     calibration: str = "stratified"  # "stratified" folds, or "groups": leave one generator out
     n_groups: int | None = None  # generators in the fit (with calibration "groups")
-    reference: str = "global"  # "global", or "shape": features read against the fit's models of each shape
-    references: dict[str, Any] | None = None  # References.to_dict() with reference "shape"
+    reference: str = "global"  # or "shape" / "architecture": read against the fit's models of the same one
+    references: dict[str, Any] | None = None  # References.to_dict() with any reference but "global"
 
     @classmethod
     def fit(cls, features: np.ndarray, labels: np.ndarray, names: list[str], seed: int = 0,
@@ -233,7 +244,8 @@ class MetaClassifier:
         """Fit on ``features`` [N, F] and 0/1 ``labels`` [N] (cross-validation needs ≥ 2 of each class).
         ``groups`` [N]: the generator of each model; with at least 3, calibration leaves one generator out and
         fits the abstention. ``reference="shape"`` reads each feature against the fit's models of the same head
-        shape (``shapes`` [N], required then; module docstring)."""
+        shape, ``"architecture"`` of the same architecture (``shapes`` [N]: each model's key, required then;
+        module docstring)."""
         from sklearn.model_selection import StratifiedKFold
 
         f = np.asarray(features, dtype=np.float64)
@@ -250,14 +262,15 @@ class MetaClassifier:
         if reference not in REFERENCE_MODES:
             raise ConfigError(f"reference {reference!r} is not one of {', '.join(REFERENCE_MODES)}")
         sh = None
-        if reference == "shape":
+        if reference != "global":
             if shapes is None or len(shapes) != len(y):
-                raise ConfigError(f"reading features against each shape's references needs one head shape per "
+                word = REFERENCE_WORDS[reference]
+                raise ConfigError(f"reading features against each {word}'s references needs one {word} per "
                                   f"model, got {0 if shapes is None else len(shapes)} for {len(y)} models")
             sh = np.asarray([str(v) for v in shapes])
         by_group = _group_splits(y, g)
         if by_group is not None:
-            return cls._fit_groups(f, y, names, by_group, sh)
+            return cls._fit_groups(f, y, names, by_group, sh, reference)
         folds = min(5, minority)
         splits = [(tr, te, *_fold(f, sh, tr, te))
                   for tr, te in StratifiedKFold(folds, shuffle=True, random_state=seed).split(f, y)]
@@ -276,14 +289,14 @@ class MetaClassifier:
         assert best is not None
         _, c, oof = best
         a, pb = _fit_platt(oof, y)
-        return cls._finish(f, y, names, c, (a, pb), _sigmoid(a * oof + pb), oof, shapes=sh)
+        return cls._finish(f, y, names, c, (a, pb), _sigmoid(a * oof + pb), oof, shapes=sh, reference=reference)
 
     @classmethod
     def _finish(cls, f: np.ndarray, y: np.ndarray, names: list[str], c: float, platt: tuple[float, float],
-                p_oof: np.ndarray, oof: np.ndarray, shapes: np.ndarray | None = None,
+                p_oof: np.ndarray, oof: np.ndarray, shapes: np.ndarray | None = None, reference: str = "global",
                 **extra: Any) -> MetaClassifier:
         """ε from the out-of-fold probabilities ``p_oof``, then the final fit of C ``c`` on every model (read
-        against references of each of ``shapes`` where given)."""
+        against references of each of ``shapes``, the ``reference`` mode's keys, where given)."""
         eps = min(EPS_GRID, key=lambda e: (_ce(y, np.clip(p_oof, e, 1 - e)), e))
         # n training models cannot support confidence beyond about 1/(n+2) (Laplace's rule): on 8 models the
         # out-of-fold fit was perfect, ε went to 0.01 and one test mistake then cost -ln 0.01 = 4.6 nats.
@@ -291,7 +304,7 @@ class MetaClassifier:
         if shapes is not None:
             refs = References.fit(f, shapes)
             f = refs.relative(f, shapes)
-            extra = {**extra, "reference": "shape", "references": refs.to_dict()}
+            extra = {**extra, "reference": reference, "references": refs.to_dict()}
         mean, scale = cls._stats(f)
         z = _standardise(f, mean, scale)
         coef, b = _fit_lr(z, y, c)
@@ -310,7 +323,8 @@ class MetaClassifier:
 
     @classmethod
     def _fit_groups(cls, f: np.ndarray, y: np.ndarray, names: list[str],
-                    splits: list[tuple[np.ndarray, np.ndarray]], shapes: np.ndarray | None = None) -> MetaClassifier:
+                    splits: list[tuple[np.ndarray, np.ndarray]], shapes: np.ndarray | None = None,
+                    reference: str = "global") -> MetaClassifier:
         """Leave-one-generator-out choice of C, Platt map, abstention and ε (module docstring)."""
         best: tuple[float, float, float, tuple[float, float], np.ndarray, np.ndarray] | None = None
         folds = [(tr, te, *_fold(f, shapes, tr, te)) for tr, te in splits]
@@ -334,7 +348,7 @@ class MetaClassifier:
                     best = (ce, c, lam, platt, p, oof)
         assert best is not None
         _, c, lam, platt, p_oof, oof = best
-        fitted = cls._finish(f, y, names, c, platt, p_oof, oof, shapes=shapes, abstain=float(lam),
+        fitted = cls._finish(f, y, names, c, platt, p_oof, oof, shapes=shapes, reference=reference, abstain=float(lam),
                              calibration="groups", n_groups=len(splits))
         fitted.reach_ref = float(np.quantile(_reach(fitted._z(f, shapes), np.asarray(fitted.coef)),
                                              REACH_QUANTILE))
@@ -342,24 +356,27 @@ class MetaClassifier:
 
     def vector(self, features: dict[str, float]) -> np.ndarray:
         """The feature vector in training order; a feature this model lacks takes the training median (read
-        against shape references: NaN, which reads as the median once standardised)."""
-        if self.reference == "shape":
+        against references: NaN, which reads as the median once standardised)."""
+        if self.reference != "global":
             return np.asarray([features.get(n, np.nan) for n in self.feature_names], float)
         return np.asarray([features.get(n, m) for n, m in zip(self.feature_names, self.mean, strict=True)], float)
 
     def unreferenced(self, shape: str | None) -> str | None:
-        """One line when a model of head ``shape`` is read against the pooled references (its shape had fewer
-        than MIN_REFERENCES fit models, or none); None when it has its own, or the fit reads no references."""
-        if self.reference != "shape" or self.references is None or shape in self.references["by_shape"]:
+        """One line when a model whose reference key (head shape or architecture, as the fit reads) is ``shape``
+        is read against the pooled references (fewer than MIN_REFERENCES fit models had that key, or none); None
+        when it has its own, or the fit reads no references."""
+        if self.reference == "global" or self.references is None or shape in self.references["by_shape"]:
             return None
-        return (f"head shape {shape} has no references among the fit's models (fewer than {MIN_REFERENCES}); "
+        return (f"{REFERENCE_WORDS[self.reference]} {shape} has no references among the fit's models (fewer than "
+                f"{MIN_REFERENCES}); "
                 f"read against all {self.references['pooled']['n']}")
 
     def _z(self, f: np.ndarray, shapes: np.ndarray | list | None = None) -> np.ndarray:
         """Rows of ``f`` standardised (and clipped) as the classifier reads them; read against the references of
-        each row's head shape first where the fit does (``shapes``; None: the pooled references)."""
+        each row's reference key first where the fit does (``shapes``: head shapes or architectures, as the fit
+        reads; None: the pooled references)."""
         f = np.atleast_2d(np.asarray(f, dtype=np.float64))
-        if self.reference == "shape" and self.references is not None:
+        if self.reference != "global" and self.references is not None:
             sh = np.asarray([None] * len(f) if shapes is None else list(shapes), dtype=object)
             f = References(**self.references).relative(f, sh)
         return _standardise(f, np.asarray(self.mean), np.asarray(self.scale))
@@ -378,7 +395,7 @@ class MetaClassifier:
 
     def predict_proba(self, f: np.ndarray, shapes: np.ndarray | list | None = None) -> np.ndarray:
         """Calibrated, clipped P(trojaned) for rows of ``f`` (drawn towards 0.5 outside the fit's reach);
-        ``shapes``: each row's head shape, for a fit that reads shape references."""
+        ``shapes``: each row's reference key (:func:`reference_keys`), for a fit that reads references."""
         p = _sigmoid(self.platt_a * self.decision(f, shapes) + self.platt_b)
         if self.abstain and self.reach_ref is not None:
             w = self.weight(f, shapes)
@@ -434,7 +451,7 @@ class MetaClassifier:
                 raise ValueError(f"calibration {obj.calibration!r} is not 'stratified' or 'groups'")
             if obj.reference not in REFERENCE_MODES:
                 raise ValueError(f"reference {obj.reference!r} is not one of {', '.join(REFERENCE_MODES)}")
-            if obj.reference == "shape":
+            if obj.reference != "global":
                 obj.references = References.from_dict(obj.references, n).to_dict()
             elif obj.references is not None:
                 raise ValueError("references are given but reference is 'global'")
