@@ -87,8 +87,14 @@ def test_auto_fits_on_real_models_and_scores_reading_only_its_choice(strong_zoo,
     assert {k.split(".")[0] for k in d.features} == set(back.used_families)
 
 
-def _shaped_rows(n=80, seed=0):
-    """Two head shapes; the weights family carries the label only against its own shape's scale."""
+def _two_shapes(i, wide):
+    return {"shape": f"GruLinear hidden {512 if wide else 64}", "architecture": "GruLinear"}
+
+
+def _shaped_rows(n=80, seed=0, domain=_two_shapes):
+    """Two groups of models on two scales (``domain(i, wide)`` names each model's shape and architecture; by
+    default two head shapes of one architecture); the weights family carries the label only against its own
+    group's scale."""
     rng = np.random.default_rng(seed)
     fams = DETECTORS.get("auto").families
     rows, y, domains = [], [], []
@@ -98,25 +104,18 @@ def _shaped_rows(n=80, seed=0):
         row["weights.x0"] = (10.0 if wide else 0.0) + (3.0 if wide else 1.0) * (rng.standard_normal() + 1.5 * label)
         rows.append(row)
         y.append(label)
-        domains.append({"shape": f"GruLinear hidden {512 if wide else 64}", "architecture": "GruLinear"})
+        domains.append(domain(i, wide))
     return rows, np.asarray(y), domains
 
 
-def _architecture_rows(n=80, seed=0):
+def _architecture_rows():
     """Two architectures on two scales, each spread over ten shapes of four models: the shape reading has too
     few references per shape (pooled), the architecture reading has forty."""
-    rng = np.random.default_rng(seed)
-    fams = DETECTORS.get("auto").families
-    rows, y, domains = [], [], []
-    for i in range(n):
-        label, fc = i % 2, (i // 2) % 2
-        row = {f"{fam}.x{k}": float(rng.standard_normal()) for fam in fams for k in range(2)}
-        row["weights.x0"] = (10.0 if fc else 0.0) + (3.0 if fc else 1.0) * (rng.standard_normal() + 1.5 * label)
+    def domain(i, fc):
         arch = "FCLinear" if fc else "GruLinear"
-        rows.append(row)
-        y.append(label)
-        domains.append({"shape": f"{arch} hidden {64 * (1 + (i // 4) % 10)}", "architecture": arch})
-    return rows, np.asarray(y), domains
+        return {"shape": f"{arch} hidden {64 * (1 + (i // 4) % 10)}", "architecture": arch}
+
+    return _shaped_rows(domain=domain)
 
 
 def test_auto_tries_each_candidate_against_shape_references_and_keeps_the_better(tmp_path):
