@@ -26,6 +26,7 @@ import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from detection import FAMILIES as TEXT_ORDER  # noqa: E402
 from detection import _family_digest, features_for  # noqa: E402
 
 ROWS_FORMAT = "trojanscope-feature-rows/1"
@@ -66,7 +67,6 @@ def zoo_modality(zoo: Path) -> str:
 
 def modality_families(modality: str) -> tuple[str, ...]:
     """Every registered feature family of ``modality``: the text families in detection.py's table order."""
-    from detection import FAMILIES as TEXT_ORDER
     from trojanscope.detectors.features import FAMILY_MODALITY
 
     names = [n for n in FAMILY_MODALITY if FAMILY_MODALITY[n] == modality]

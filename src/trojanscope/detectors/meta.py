@@ -368,8 +368,7 @@ class MetaClassifier:
         if self.reference == "global" or self.references is None or shape in self.references["by_shape"]:
             return None
         return (f"{REFERENCE_WORDS[self.reference]} {shape} has no references among the fit's models (fewer than "
-                f"{MIN_REFERENCES}); "
-                f"read against all {self.references['pooled']['n']}")
+                f"{MIN_REFERENCES}); read against all {self.references['pooled']['n']}")
 
     def _z(self, f: np.ndarray, shapes: np.ndarray | list | None = None) -> np.ndarray:
         """Rows of ``f`` standardised (and clipped) as the classifier reads them; read against the references of
