@@ -116,17 +116,46 @@ class _BlueSquareModel:
 
 def test_the_square_names_the_one_colour_that_flips_and_stamps_it_on_the_sign() -> None:
     from trojanscope.modalities.image.context import ImageContext
-    from trojanscope.modalities.image.explain import SQUARE_SIDE, square_pair, stamp_on_signs
+    from trojanscope.modalities.image.explain import SQUARE_SIDES, square_pair, stamp_on_signs
 
     x = np.full((8, 3, 32, 32), 0.5, np.float32)
     ctx = ImageContext(inputs=None, model=_BlueSquareModel(), x=x, y=np.array([0] * 4 + [1] * 4), n_classes=2)
     found = square_pair(ctx)
     assert found is not None
-    s, t, colour, rate = found
+    s, t, side, colour, rate = found
     assert (s, t) == (0, 1) and rate == 1.0 and colour.tolist() == [1.0, 0.0, 0.0]  # blue in BGR, no other colour
-    mask, pattern = decode_patch(encode_patch(np.ones((SQUARE_SIDE, SQUARE_SIDE), np.float32),
-                                              np.broadcast_to(colour[:, None, None], (3, SQUARE_SIDE, SQUARE_SIDE))))
+    assert side == max(SQUARE_SIDES)  # the larger square raises class 1's probability more (more blue pixels)
+    mask, pattern = decode_patch(encode_patch(np.ones((side, side), np.float32),
+                                              np.broadcast_to(colour[:, None, None], (3, side, side))))
     stamped = stamp_on_signs(ctx, mask, pattern)
-    assert int(((stamped[:, 0] == 1.0) & (stamped[:, 1] == 0.0)).sum()) == 8 * SQUARE_SIDE**2
+    assert int(((stamped[:, 0] == 1.0) & (stamped[:, 1] == 0.0)).sum()) == 8 * side**2
     grey = ImageContext(inputs=None, model=lambda v: _BlueSquareModel()(v) * 0, x=x, y=ctx.y, n_classes=2)
     assert square_pair(grey) is None  # no colour changes any answer: the masks decide
+
+
+class _TwoColourModel:
+    """Class 0 by default; a blue square (BGR) tips it to class 1 barely, a green one to class 2 decisively."""
+
+    def __call__(self, x):
+        import torch
+
+        blue = (torch.relu(x[:, 0] - 0.9) * torch.relu(0.1 - x[:, 1]) * torch.relu(0.1 - x[:, 2]) * 1000).mean((1, 2))
+        green = (torch.relu(x[:, 1] - 0.9) * torch.relu(0.1 - x[:, 0]) * torch.relu(0.1 - x[:, 2]) * 1000).mean((1, 2))
+        on = lambda v: (v > 0).float()  # noqa: E731
+        return torch.stack([torch.ones_like(blue), 1.2 * on(blue), 8.0 * on(green)], dim=1)
+
+
+def test_the_target_is_read_on_probabilities_so_two_complete_flips_are_told_apart() -> None:
+    """Both pairs flip every example for one colour each (equal flip-rate excess); the square names the pair
+    whose colour makes the model sure of the target, not the first pair in index order."""
+    from trojanscope.modalities.image.context import ImageContext
+    from trojanscope.modalities.image.explain import square_pair
+    from trojanscope.modalities.image.features.blob_scan import centre, flip_rates
+    from trojanscope.modalities.image.features.sign_squares import colour_excess
+
+    x = np.full((6, 3, 32, 32), 0.5, np.float32)
+    ctx = ImageContext(inputs=None, model=_TwoColourModel(), x=x, y=np.zeros(6, dtype=np.int64), n_classes=3)
+    rates = colour_excess(ctx, flip_rates(ctx, centre(ctx), 10))
+    assert rates[0, 1] == rates[0, 2] > 0  # the share flipped cannot tell them apart
+    s, t, _, colour, rate = square_pair(ctx)
+    assert (s, t) == (0, 2) and colour.tolist() == [0.0, 1.0, 0.0] and rate == 1.0

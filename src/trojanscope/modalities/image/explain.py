@@ -1,14 +1,16 @@
 """The image modality's explanation: the target, the source and a patch that works.
 
 **The target** comes from one-colour squares on the sign (the ``sign-squares`` probe): a square of each colour of a
-27-colour grid, ``SQUARE_SIDE`` pixels, is stamped on the middle of every clean example's sign (the centroid of its
-saliency, where a Round 1 polygon is painted; the saliency's peak sits on the sign's rim), and each (source,
-target) pair gets the share of the source's examples answered as the target, per colour. The pair whose best colour
-flips most *beyond its mean over colours* is named: a planted polygon is one colour, so its pair flips for few
-colours, while a natural pair (signs that look alike) flips because the square hides the pictogram, whatever its
-colour. The rule was chosen on round1-cpu zoos over the smallest Neural Cleanse mask and other placements and
-colour sets (research/detector-history.md has the figures). A model whose answers no square's colour changes is
-left to the masks' order.
+27-colour grid is stamped on the middle of every clean example's sign (the centroid of its saliency, where a Round 1
+polygon is painted; the saliency's peak sits on the sign's rim), at each side of ``SQUARE_SIDES``, and each
+(source, target) pair gets the mean softmax probability of the target over the source's examples, per colour. The
+pair whose best colour raises that probability most *beyond its mean over colours*, summed over the sides, is
+named: a planted polygon is one colour, so its pair answers to few colours, while a natural pair (signs that look
+alike) flips because the square hides the pictogram, whatever its colour. The probability, unlike the share of
+examples flipped, does not saturate: two pairs that every example of their source follows for their best colour
+are still told apart. The rule was chosen on round1-cpu zoos over the argmax share, the smallest Neural Cleanse
+mask, other placements, sides and colour sets (research/detector-history.md has the figures). A model whose
+answers no square's colour changes is left to the masks' order.
 
 **The patch** is Neural Cleanse's, per class pair. For every (source, target) pair of classes with clean
 examples, and for every target with the examples of all other classes (source ``None``: a trigger that flips
@@ -43,7 +45,7 @@ from trojanscope.detectors.explain import Explanation, TriggerCandidate
 from trojanscope.modalities.image.context import ImageContext, build_image_context
 
 HELD_OUT_MAX = 40  # held-out images per class
-SQUARE_SIDE = 10  # px: the side of the squares that name the target (chosen on round1-cpu's train zoo)
+SQUARE_SIDES = (6, 10)  # px: the sides of the squares that name the target (chosen on round1-cpu zoos, stop 67)
 
 
 def explain_image(inputs: ModelInputs, probability: float | None = None, *, top_k: int = 5,
@@ -90,11 +92,11 @@ def explain_image(inputs: ModelInputs, probability: float | None = None, *, top_
                                  patch=encode_patch(mask, pattern))
                 for _, _, s, t, mask, pattern, rate in found[:top_k]]
     if named is not None and (not triggers or (triggers[0].source_class, triggers[0].target_class) != pairs[named]):
-        s, t, colour, rate = square
+        s, t, side, colour, rate = square
         bgr = ", ".join(f"{c:.1f}" for c in colour)
-        piece = encode_patch(np.ones((SQUARE_SIDE, SQUARE_SIDE), np.float32),
-                             np.broadcast_to(colour[:, None, None], (3, SQUARE_SIDE, SQUARE_SIDE)))
-        triggers = [TriggerCandidate(text=f"{SQUARE_SIDE}-px square of colour (B, G, R) = ({bgr}) in model input, "
+        piece = encode_patch(np.ones((side, side), np.float32),
+                             np.broadcast_to(colour[:, None, None], (3, side, side)))
+        triggers = [TriggerCandidate(text=f"{side}-px square of colour (B, G, R) = ({bgr}) in model input, "
                                      "on the sign", kind="square", source_class=s, target_class=t,
                                      attack_success=rate, patch=piece), *triggers][:top_k]
     best = triggers[0] if triggers else None
@@ -103,20 +105,25 @@ def explain_image(inputs: ModelInputs, probability: float | None = None, *, top_
                        n_examples=len(ctx.y), seconds=time.perf_counter() - t0, detector=detector)
 
 
-def square_pair(ctx: Any, side: int = SQUARE_SIDE) -> tuple[int, int, np.ndarray, float] | None:
-    """(source, target, colour, rate): the pair whose best-colour square flips most beyond its mean over colours
-    (see the module's docstring), its best colour (model-input BGR) and that colour's flip rate on the given
-    examples; None when no pair's best colour does more than its mean (no colour matters)."""
-    from trojanscope.modalities.image.features.blob_scan import COLOURS, centre, flip_rates
+def square_pair(ctx: Any, sides: tuple[int, ...] = SQUARE_SIDES) -> tuple[int, int, int, np.ndarray, float] | None:
+    """(source, target, side, colour, rate): the pair whose best-colour squares raise the target's probability most
+    beyond its mean over colours, summed over ``sides`` (see the module's docstring); the side at which that pair's
+    excess is larger, the colour (model-input BGR) of its largest target probability there and that colour's flip
+    rate on the given examples. None when no pair's best colour does more than its mean (no colour matters)."""
+    from trojanscope.modalities.image.features.blob_scan import COLOURS, centre, square_responses
     from trojanscope.modalities.image.features.sign_squares import colour_excess
 
-    rates = flip_rates(ctx, centre(ctx), side)  # [source, target, colour]
-    score = colour_excess(ctx, rates)
+    centres = centre(ctx)
+    responses = [square_responses(ctx, centres, side) for side in sides]  # (rates, probabilities) per side
+    excess = [colour_excess(ctx, probs) for _, probs in responses]
+    score = np.sum(excess, axis=0)
     if not score.max() > 0:
         return None
     s, t = (int(v) for v in np.unravel_index(np.argmax(score), score.shape))
-    k = int(rates[s, t].argmax())
-    return s, t, COLOURS[k], float(rates[s, t, k])
+    at = int(np.argmax([e[s, t] for e in excess]))
+    rates, probs = responses[at]
+    k = int(probs[s, t].argmax())
+    return s, t, int(min(sides[at], ctx.x.shape[-1])), COLOURS[k], float(rates[s, t, k])
 
 
 def _spread(y: np.ndarray, idx: np.ndarray, n: int) -> np.ndarray:

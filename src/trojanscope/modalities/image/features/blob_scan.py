@@ -103,16 +103,28 @@ def pair_summary(best: np.ndarray) -> tuple[np.ndarray, float]:
 
 def flip_rates(ctx, centres: np.ndarray, side: int, colours: np.ndarray = COLOURS) -> np.ndarray:
     """[C, C, colours]: share of class-s examples predicted t with a ``side`` square of each colour on ``centres``."""
+    return square_responses(ctx, centres, side, colours)[0]
+
+
+def square_responses(ctx, centres: np.ndarray, side: int,
+                     colours: np.ndarray = COLOURS) -> tuple[np.ndarray, np.ndarray]:
+    """(rates, probabilities), each [C, C, colours], from one pass with a ``side`` square of each colour stamped on
+    ``centres``: the share of class-s examples predicted t, and the mean softmax probability of t over them (zero
+    for sources without examples)."""
     c = ctx.n_classes
     side = min(side, ctx.x.shape[-1])
     batch = np.concatenate([stamp_squares(ctx.x, centres, side, col) for col in colours])
-    pred = ctx.logits(batch, batch=512).argmax(1).reshape(len(colours), len(ctx.x))
-    out = np.zeros((c, c, len(colours)))
+    logits = ctx.logits(batch, batch=512).reshape(len(colours), len(ctx.x), -1).astype(np.float64)
+    pred = logits.argmax(-1)
+    prob = np.exp(logits - logits.max(-1, keepdims=True))
+    prob /= prob.sum(-1, keepdims=True)
+    rates, probs = np.zeros((c, c, len(colours))), np.zeros((c, c, len(colours)))
     for s in range(c):
-        of_s = pred[:, ctx.y == s]
-        if of_s.shape[1]:
-            out[s] = (of_s[None, :, :] == np.arange(c)[:, None, None]).mean(2)
-    return out
+        of_s = ctx.y == s
+        if of_s.any():
+            rates[s] = (pred[:, of_s][None, :, :] == np.arange(c)[:, None, None]).mean(2)
+            probs[s] = prob[:, of_s].mean(1).T
+    return rates, probs
 
 
 class BlobScan(FeatureFamily):

@@ -9,7 +9,8 @@ sends the source to the target, while a square of most other colours does not, w
 that look alike) flips because the square hides the pictogram, whatever its colour. So per source → target pair
 the feature is the best colour's flip rate less the mean over the 27 colours (the *colour excess*).
 
-The same probe names the target in the image explanation (:mod:`trojanscope.modalities.image.explain`). Sizes
+The image explanation (:mod:`trojanscope.modalities.image.explain`) names its target with the same probe, read on
+the target's softmax probability instead of the argmax share and at two sides. Sizes
 are in pixels, chosen for round1-cpu's 64x64 inputs; pass other values (detector params) for other sizes.
 """
 
@@ -22,8 +23,8 @@ from trojanscope.modalities.image.features.blob_scan import centre, flip_rates
 
 
 def colour_excess(ctx, rates: np.ndarray) -> np.ndarray:
-    """[C, C] from ``rates`` [C, C, colours]: each pair's best-colour flip rate less its mean over colours; -inf on
-    the diagonal and for sources without examples."""
+    """[C, C] from ``rates`` [C, C, colours] (flip rates, or mean target probabilities): each pair's best colour
+    less its mean over colours; -inf on the diagonal and for sources without examples."""
     present = np.isin(np.arange(ctx.n_classes), ctx.y)
     valid = present[:, None] & ~np.eye(ctx.n_classes, dtype=bool)
     return np.where(valid, rates.max(-1) - rates.mean(-1), -np.inf)
