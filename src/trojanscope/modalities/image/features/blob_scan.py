@@ -111,13 +111,13 @@ def square_responses(ctx, centres: np.ndarray, side: int,
     """(rates, probabilities), each [C, C, colours], from one pass with a ``side`` square of each colour stamped on
     ``centres``: the share of class-s examples predicted t, and the mean softmax probability of t over them (zero
     for sources without examples)."""
+    from scipy.special import softmax
+
     c = ctx.n_classes
     side = min(side, ctx.x.shape[-1])
     batch = np.concatenate([stamp_squares(ctx.x, centres, side, col) for col in colours])
     logits = ctx.logits(batch, batch=512).reshape(len(colours), len(ctx.x), -1).astype(np.float64)
-    pred = logits.argmax(-1)
-    prob = np.exp(logits - logits.max(-1, keepdims=True))
-    prob /= prob.sum(-1, keepdims=True)
+    pred, prob = logits.argmax(-1), softmax(logits, axis=-1)
     rates, probs = np.zeros((c, c, len(colours))), np.zeros((c, c, len(colours)))
     for s in range(c):
         of_s = ctx.y == s
