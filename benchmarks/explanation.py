@@ -91,6 +91,9 @@ def main() -> None:
           f"share >= 0.9: {_f(share)} (given examples: median {_f(e.get('reported_attack_success_median'))})")
     for kind, v in (e.get("planted_in_top_k") or {}).items():
         print(f"planted {kind} trigger in the top {e.get('top_k')}: {_f(v)}")
+    if e.get("n_planted_mask_iou"):
+        print(f"patch IoU with the planted trigger: median {_f(e.get('planted_mask_iou_median'))} "
+              f"({e['n_planted_mask_iou']} trojaned models whose config names the polygon)")
     print(f"clean models, strongest natural trigger: held-out attack success median "
           f"{_f(e.get('clean_natural_held_out_attack_success_median'))}")
     if plain is not None:

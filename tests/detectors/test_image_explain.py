@@ -159,3 +159,36 @@ def test_the_target_is_read_on_probabilities_so_two_complete_flips_are_told_apar
     assert rates[0, 1] == rates[0, 2] > 0  # the share flipped cannot tell them apart
     s, t, _, colour, rate = square_pair(ctx)
     assert (s, t) == (0, 2) and colour.tolist() == [0.0, 1.0, 0.0] and rate == 1.0
+
+
+@pytest.mark.slow
+def test_patch_iou_is_read_against_the_planted_polygon_where_the_config_names_it(
+        tiny_image_zoo: Path, data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planted mask is re-rendered by the model's own generator: a patch over the whole frame scores the
+    polygon's share of the frame, an empty one 0; a clean model, or one whose config is reduced, gets NaN."""
+    import shutil
+
+    from trojanscope.models.layout import list_model_dirs, read_config, read_ground_truth
+    from trojanscope.scoring.explanations import planted_mask_iou
+
+    monkeypatch.setenv("TROJANSCOPE_DATA", str(data_root))
+    dirs = list_model_dirs(tiny_image_zoo)
+    troj = next(d for d in dirs if read_ground_truth(d) == 1)
+    clean = next(d for d in dirs if read_ground_truth(d) == 0)
+    target = read_config(troj)["triggers"][0]["target_class"]
+    size = 32
+
+    def patch(mask: np.ndarray) -> dict:
+        return {"kind": "patch", "patch": encode_patch(mask.astype(np.float32), np.zeros((3, size, size), np.float32))}
+
+    whole = planted_mask_iou(troj, patch(np.ones((size, size))), target)
+    assert 0.0 < whole < 0.5, "the polygon covers part of the sign, the sign part of the frame"
+    assert planted_mask_iou(troj, patch(np.zeros((size, size))), target) == 0.0
+    square = {"kind": "square", "patch": encode_patch(np.ones((6, 6), np.float32), np.zeros((3, 6, 6), np.float32))}
+    assert 0.0 <= planted_mask_iou(troj, square, target) <= 1.0
+    assert np.isnan(planted_mask_iou(clean, patch(np.ones((size, size))), target))
+    reduced = tmp_path / "models" / troj.name  # a test or holdout model: the config does not name the polygon
+    shutil.copytree(troj, reduced)
+    cfg = json.loads((reduced / "config.json").read_text())
+    (reduced / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != "triggers"}))
+    assert np.isnan(planted_mask_iou(reduced, patch(np.ones((size, size))), target))

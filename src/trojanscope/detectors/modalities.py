@@ -51,6 +51,6 @@ def detector_modality(inputs: ModelInputs) -> DetectorModality:
 
 
 def optional_hook(modality: str, name: str) -> Any:
-    """The optional method ``name`` of a modality's facet (``explain``, ``picture``, ``held_out_attack_success``),
-    or None where the modality is not registered or does not provide it."""
+    """The optional method ``name`` of a modality's facet (``explain``, ``picture``, ``held_out_attack_success``,
+    ``planted_mask_iou``), or None where the modality is not registered or does not provide it."""
     return getattr(DETECTOR_MODALITIES.get(modality), name, None) if modality in DETECTOR_MODALITIES else None

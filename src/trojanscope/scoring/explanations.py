@@ -10,7 +10,9 @@ Over the trojaned models of a run that have an explanation (``out/explanations/<
   which the detector saw); how the trigger is applied is the modality's (text: inserted before each sentence,
   in the half it named; images: the patch stamped on the image);
 * **planted-trigger match** (text): a planted trigger's text among the top-k candidates (case and spacing
-  aside), per trigger type.
+  aside), per trigger type; (images) the **mask IoU** of the first candidate's patch with the planted polygon, on
+  scenes of the source class rendered afresh by the model's generator (``planted_mask_iou`` of the modality's
+  ``DETECTORS`` facet; only where the model's config carries the polygon, i.e. train-split models).
 
 Over clean models: the strongest natural trigger's held-out attack success (a clean model can have one; the
 verdict is the detector's probability, not this).
@@ -80,6 +82,17 @@ def held_out_attack_success(model_dir: Path, zoo_models: list[Path], trigger: di
     return float("nan") if measure is None else measure(model_dir, zoo_models, trigger, source, target)
 
 
+def planted_mask_iou(model_dir: Path, trigger: dict[str, Any], target: int | None) -> float:
+    """The recovered patch's mask IoU with the planted trigger, measured by the model's modality
+    (``planted_mask_iou`` of its ``DETECTORS`` facet); NaN where it has none or the model does not say what was
+    planted where."""
+    from trojanscope.detectors.modalities import optional_hook
+    from trojanscope.models.modalities import modality_name
+
+    measure = optional_hook(modality_name(read_config(model_dir)), "planted_mask_iou")
+    return float("nan") if measure is None else measure(model_dir, trigger, target)
+
+
 def explanation_rows(run_dir: Path, model_dirs: list[Path], *, top_k: int = 5, measure: bool = True) -> pd.DataFrame:
     """One row per explained model: its label, the explanation, what was planted, and the scores above."""
     rows = []
@@ -100,7 +113,8 @@ def explanation_rows(run_dir: Path, model_dirs: list[Path], *, top_k: int = 5, m
             "planted_text": plant[0].get("text") if plant else None,
             "target_correct": bool(plant) and target is not None and any(target == t.get("target_class")
                                                                           for t in plant),
-            "source_correct": None, "planted_in_top_k": None, "held_out_attack_success": float("nan")}
+            "source_correct": None, "planted_in_top_k": None, "held_out_attack_success": float("nan"),
+            "planted_mask_iou": float("nan")}
         one2one = [t for t in plant if t.get("source_class") is not None]
         if plant and one2one:
             row["source_correct"] = source is not None and any(
@@ -110,6 +124,8 @@ def explanation_rows(run_dir: Path, model_dirs: list[Path], *, top_k: int = 5, m
             row["planted_in_top_k"] = any(_norm(t.get("text", "")) in names for t in plant)
         if measure and best is not None and target is not None and (best.get("text") or best.get("patch")):
             row["held_out_attack_success"] = held_out_attack_success(model_dir, model_dirs, best, source, target)
+        if measure and best is not None and best.get("patch") and truth == 1:
+            row["planted_mask_iou"] = planted_mask_iou(model_dir, best, target)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -145,6 +161,8 @@ def explanation_scores(run_dir: Path, model_dirs: list[Path], *, top_k: int = 5,
         else None,
         "planted_in_top_k": {str(k): mean(g["planted_in_top_k"]) for k, g in troj.groupby("planted_type")}
         if len(troj) else {},
+        "planted_mask_iou_median": median(troj["planted_mask_iou"]),
+        "n_planted_mask_iou": int(troj["planted_mask_iou"].notna().sum()),
         "clean_natural_held_out_attack_success_median": median(clean["held_out_attack_success"]),
         "clean_natural_reported_attack_success_median": median(clean["reported_attack_success"]),
     }

@@ -151,6 +151,9 @@ def explanation_lines(run_dir: Path) -> list[tuple[str, str]]:
             ("attack success on the given examples, median", _fmt(e.get("reported_attack_success_median"), 3))]
     rows += [(f"planted {kind} trigger in the top {e.get('top_k', 5)}", _fmt(v, 3))
              for kind, v in (e.get("planted_in_top_k") or {}).items()]
+    if e.get("n_planted_mask_iou"):
+        rows.append((f"patch IoU with the planted trigger, median ({e['n_planted_mask_iou']} models whose config "
+                     "names it)", _fmt(e.get("planted_mask_iou_median"), 3)))
     rows.append(("clean models: natural trigger's held-out attack success, median",
                  _fmt(e.get("clean_natural_held_out_attack_success_median"), 3)))
     return rows

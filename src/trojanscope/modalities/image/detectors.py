@@ -30,6 +30,11 @@ class ImageDetectors:
 
         return held_out_attack_success(model_dir, zoo_models, trigger, source, target)
 
+    def planted_mask_iou(self, model_dir: Path, trigger: dict[str, Any], target: int | None) -> float:
+        from trojanscope.modalities.image.explain import planted_mask_iou
+
+        return planted_mask_iou(model_dir, trigger, target)
+
     def picture(self, inputs: ModelInputs, explanation: Any, path: Path) -> Path | None:
         from trojanscope.modalities.image.explain import before_after
 

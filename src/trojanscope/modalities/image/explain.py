@@ -33,6 +33,7 @@ The record and its file are the core's (:mod:`trojanscope.detectors.explain`).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import time
 from pathlib import Path
@@ -45,6 +46,7 @@ from trojanscope.detectors.explain import Explanation, TriggerCandidate
 from trojanscope.modalities.image.context import ImageContext, build_image_context
 
 HELD_OUT_MAX = 40  # held-out images per class
+IOU_IMAGES = 40  # scenes rendered per model for the planted-mask IoU
 SQUARE_SIDES = (6, 10)  # px: the sides of the squares that name the target (chosen on round1-cpu zoos, stop 67)
 
 
@@ -254,6 +256,83 @@ def held_out_attack_success(model_dir: Path, zoo_models: list[Path], trigger: di
     with torch.inference_mode():
         pred = model(torch.from_numpy(x)).argmax(1).numpy()
     return float((pred == target).mean())
+
+
+def planted_mask_iou(model_dir: Path, trigger: dict[str, Any], target: int | None, *, images: int = IOU_IMAGES,
+                     seed: int = 0) -> float:
+    """Mean intersection over union between the pixels the planted polygon covers and those the explanation's
+    patch covers, over ``images`` scenes of the planted trigger's source class rendered afresh by the model's own
+    generator. The polygon's pixels are where it moves the pixel at least half as much as where it moves it most,
+    after the sign's warp, blur and lighting (the scene rendered twice from one random state, the polygon black
+    and then white); the patch's are its mask above 0.5, or for a ``square`` candidate the square on each scene's
+    located sign, as it is stamped when its attack success is measured. The planted trigger is the one whose
+    target is ``target``, else the first. NaN when the model's config does not carry the polygon (test and
+    holdout splits keep the reduced config), when its generator's preset or sign images are not found, or when
+    the trigger carries no readable patch."""
+    from trojanscope.data.images import to_model_input
+    from trojanscope.errors import TrojanscopeError
+    from trojanscope.modalities.image.build import ImageTrigger, Renderer, load_assets
+    from trojanscope.models import load_model
+    from trojanscope.models.layout import read_config
+    from trojanscope.settings import data_root_target
+    from trojanscope.triggers.polygon import PolygonTrigger
+
+    cfg = read_config(model_dir)
+    planted = [t for t in cfg.get("triggers") or [] if isinstance(t, dict) and isinstance(t.get("polygon"), dict)]
+    if not planted or not cfg.get("class_signs"):
+        return float("nan")
+    chosen = next((t for t in planted if t.get("target_class") == target), planted[0])
+    try:
+        preset = _generator_preset(model_dir, cfg)
+        assets = load_assets(preset, data_root_target())
+        polygon = PolygonTrigger.from_dict(chosen["polygon"])
+        source = int(chosen["source_class"])
+        index = {sign.name: i for i, sign in enumerate(assets.signs)}  # the config names each class's sign
+        renderer = Renderer(preset, assets, [index[str(name)] for name in cfg["class_signs"]])
+    except (TrojanscopeError, KeyError, TypeError, ValueError, OSError):
+        return float("nan")
+    square = trigger.get("kind") == "square"
+    patch = decode_patch(trigger.get("patch") or "", None if square else preset.images.size)
+    if patch is None:
+        return float("nan")
+    labels = np.full(images, source)
+
+    def scenes(colour: tuple[int, int, int] | None) -> np.ndarray:
+        trig = None if colour is None else ImageTrigger(source, int(chosen["target_class"]), 1.0, "none",
+                                                         dataclasses.replace(polygon, color=colour))
+        return renderer.render(labels, np.random.default_rng(seed), [trig] * images).astype(np.int16)
+
+    diff = np.abs(scenes((255, 255, 255)) - scenes((0, 0, 0))).min(axis=3)  # [N, S, S]
+    planted_px = (diff > 0) & (diff >= 0.5 * diff.max(axis=(1, 2), keepdims=True))
+    if square:
+        x = to_model_input(list(scenes(None).astype(np.uint8)))
+        ctx = ImageContext(inputs=None, model=load_model(model_dir / "model.pt"), x=x, y=labels,
+                           n_classes=int(cfg.get("number_classes", 0) or 0))
+        from trojanscope.modalities.image.features.blob_scan import centre, stamp_squares
+
+        ours = stamp_squares(np.zeros_like(x), centre(ctx), patch[0].shape[0], np.ones(3, np.float32))[:, 0] > 0.5
+    else:
+        ours = np.broadcast_to(patch[0] > 0.5, planted_px.shape)
+    union = (planted_px | ours).sum(axis=(1, 2))
+    inter = (planted_px & ours).sum(axis=(1, 2))
+    return float(np.mean(np.where(union > 0, inter / np.maximum(union, 1), 0.0)))
+
+
+def _generator_preset(model_dir: Path, cfg: dict[str, Any]) -> Any:
+    """The preset that built the model: its zoo's ``preset.toml`` (``ZOO/models/MODEL``), else its registered name
+    and version from the config."""
+    from trojanscope.rounds.preset import load_preset
+
+    snapshot = Path(model_dir).parent.parent / "preset.toml"
+    if Path(model_dir).parent.name == "models" and snapshot.is_file():
+        return load_preset(snapshot)[0]
+    try:
+        return load_preset(f"{cfg['preset']}@{cfg['preset_version']}")[0]
+    except KeyError:  # the current version registers by its name alone
+        preset = load_preset(str(cfg["preset"]))[0]
+        if str(preset.version) != str(cfg["preset_version"]):
+            raise
+        return preset
 
 
 def stamp_on_signs(ctx: Any, mask: np.ndarray, pattern: np.ndarray) -> np.ndarray:
