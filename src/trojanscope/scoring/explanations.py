@@ -159,7 +159,8 @@ def explanation_scores(run_dir: Path, model_dirs: list[Path], *, top_k: int = 5,
         "held_out_attack_success_median": median(held),
         f"share_held_out_attack_success_ge_{SUCCESS}": mean(held.dropna() >= SUCCESS) if held.notna().any()
         else None,
-        "planted_in_top_k": {str(k): mean(g["planted_in_top_k"]) for k, g in troj.groupby("planted_type")}
+        "planted_in_top_k": {str(k): mean(g["planted_in_top_k"]) for k, g in troj.groupby("planted_type")
+                             if g["planted_in_top_k"].notna().any()}  # a polygon has no text to match
         if len(troj) else {},
         "planted_mask_iou_median": median(troj["planted_mask_iou"]),
         "n_planted_mask_iou": int(troj["planted_mask_iou"].notna().sum()),

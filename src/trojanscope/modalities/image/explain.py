@@ -271,7 +271,7 @@ def planted_mask_iou(model_dir: Path, trigger: dict[str, Any], target: int | Non
     the trigger carries no readable patch."""
     from trojanscope.data.images import to_model_input
     from trojanscope.errors import TrojanscopeError
-    from trojanscope.modalities.image.build import ImageTrigger, Renderer, load_assets
+    from trojanscope.modalities.image.build import ImageTrigger, Renderer
     from trojanscope.models import load_model
     from trojanscope.models.layout import read_config
     from trojanscope.settings import data_root_target
@@ -284,7 +284,7 @@ def planted_mask_iou(model_dir: Path, trigger: dict[str, Any], target: int | Non
     chosen = next((t for t in planted if t.get("target_class") == target), planted[0])
     try:
         preset = _generator_preset(model_dir, cfg)
-        assets = load_assets(preset, data_root_target())
+        assets = _assets(preset, data_root_target())
         polygon = PolygonTrigger.from_dict(chosen["polygon"])
         source = int(chosen["source_class"])
         index = {sign.name: i for i, sign in enumerate(assets.signs)}  # the config names each class's sign
@@ -316,6 +316,20 @@ def planted_mask_iou(model_dir: Path, trigger: dict[str, Any], target: int | Non
     union = (planted_px | ours).sum(axis=(1, 2))
     inter = (planted_px & ours).sum(axis=(1, 2))
     return float(np.mean(np.where(union > 0, inter / np.maximum(union, 1), 0.0)))
+
+
+_ASSETS: dict[tuple[str, str], Any] = {}
+
+
+def _assets(preset: Any, root: Path) -> Any:
+    """The generator's signs and backgrounds, loaded once per preset and data folder (a zoo's models share them)."""
+    from trojanscope.modalities.image.build import load_assets
+
+    key = (preset.model_dump_json(), str(root))
+    if key not in _ASSETS:
+        _ASSETS.clear()  # one generator at a time: a zoo is scored model after model
+        _ASSETS[key] = load_assets(preset, root)
+    return _ASSETS[key]
 
 
 def _generator_preset(model_dir: Path, cfg: dict[str, Any]) -> Any:
