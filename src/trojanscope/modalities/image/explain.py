@@ -272,6 +272,7 @@ def planted_mask_iou(model_dir: Path, trigger: dict[str, Any], target: int | Non
     from trojanscope.data.images import to_model_input
     from trojanscope.errors import TrojanscopeError
     from trojanscope.modalities.image.build import ImageTrigger, Renderer
+    from trojanscope.modalities.image.features.blob_scan import centre, stamp_squares
     from trojanscope.models import load_model
     from trojanscope.models.layout import read_config
     from trojanscope.settings import data_root_target
@@ -308,8 +309,6 @@ def planted_mask_iou(model_dir: Path, trigger: dict[str, Any], target: int | Non
         x = to_model_input(list(scenes(None).astype(np.uint8)))
         ctx = ImageContext(inputs=None, model=load_model(model_dir / "model.pt"), x=x, y=labels,
                            n_classes=int(cfg.get("number_classes", 0) or 0))
-        from trojanscope.modalities.image.features.blob_scan import centre, stamp_squares
-
         ours = stamp_squares(np.zeros_like(x), centre(ctx), patch[0].shape[0], np.ones(3, np.float32))[:, 0] > 0.5
     else:
         ours = np.broadcast_to(patch[0] > 0.5, planted_px.shape)
