@@ -52,8 +52,10 @@ def test_image_explanation_reports_what_its_patch_really_does(tiny_image_zoo: Pa
     assert answer.triggers, "some patch flips half of a class of a tiny model"
     path = write_explanation(tmp_path / "result.txt", answer)
     data = read_explanation(path)
-    best = data["candidates"][0]
-    assert best["kind"] == "patch" and data["target_class"] == best["target_class"]
+    kinds = [c["kind"] for c in data["candidates"]]
+    assert "square" not in kinds[1:], "a square candidate is reported first"
+    assert data["target_class"] == data["candidates"][0]["target_class"]
+    best = next(c for c in data["candidates"] if c["kind"] == "patch")
     ctx = build_image_context(inputs)
     mask, pattern = decode_patch(best["patch"], ctx.x.shape[-1])
     src = best["source_class"]
@@ -192,3 +194,30 @@ def test_patch_iou_is_read_against_the_planted_polygon_where_the_config_names_it
     cfg = json.loads((reduced / "config.json").read_text())
     (reduced / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != "triggers"}))
     assert np.isnan(planted_mask_iou(reduced, patch(np.ones((size, size))), target))
+
+
+class _SmoothBlueModel:
+    """Class 1 when enough of the image is blue (BGR); smooth, so Neural Cleanse's mask finds it as well."""
+
+    def __call__(self, x):
+        import torch
+
+        score = 50 * (x[:, 0] - x[:, 1] - x[:, 2] + 0.5).mean(dim=(1, 2)) - 0.5
+        return torch.stack([torch.zeros_like(score), score], dim=1)
+
+
+def test_the_square_is_reported_first_and_the_mask_after_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The square sits where a polygon is painted; the mask of the same pair (adversarial pixels, found here too)
+    follows it."""
+    import trojanscope.modalities.image.explain as explain
+    from trojanscope.modalities.image.context import ImageContext
+
+    x = np.full((8, 3, 32, 32), 0.5, np.float32)
+    ctx = ImageContext(inputs=None, model=_SmoothBlueModel(), x=x, y=np.array([0] * 4 + [1] * 4), n_classes=2)
+    monkeypatch.setattr(explain, "build_image_context", lambda inputs: ctx)
+    answer = explain.explain_image(None, 0.9, screen_steps=10, steps=20, success=0.5)
+    first, second = answer.triggers[:2]
+    assert first.kind == "square" and (first.source_class, first.target_class) == (0, 1)
+    assert (answer.source_class, answer.target_class) == (0, 1) and first.attack_success == 1.0
+    assert second.kind == "patch" and (second.source_class, second.target_class) == (0, 1)
+    assert second.attack_success >= 0.5  # the mask worked too, and still comes second

@@ -19,9 +19,10 @@ every class), a mask ``m`` (one channel) and a pattern ``p`` (3 channels) are op
 on ``m`` as in Neural Cleanse (Wang et al., S&P 2019): the weight rises while the attack succeeds (shrinking the
 mask) and falls while it does not. The smallest mask that reached ``success`` of the examples is kept. The
 other candidates are ordered by that area (smallest first), then by attack success; a pair whose mask never
-reached ``success`` is not reported. The squares' pair is always refined and reported first; if no mask for
-it reached ``success``, the square itself is (kind ``square``; its ``patch`` is the square alone, to be stamped
-on each image's located sign rather than at a fixed place).
+reached ``success`` is not reported. The square itself is reported first (kind ``square``; its ``patch`` is
+the square alone, to be stamped on each image's located sign rather than at a fixed place), then its pair's
+refined mask and the others: the masks are adversarial pixels that miss the polygon, while the square sits on it
+and works at least as well on held-out images (chosen on round1-cpu's train zoo, research/detector-history.md).
 
 The patch lives in the model's input space (NCHW, BGR, per-image min-max to [0, 1], the TrojAI Round 0/1
 contract), so it is stamped onto already normalised images. It travels in the explanation file as a PNG
@@ -93,7 +94,7 @@ def explain_image(inputs: ModelInputs, probability: float | None = None, *, top_
                                  source_class=s, target_class=t, attack_success=rate,
                                  patch=encode_patch(mask, pattern))
                 for _, _, s, t, mask, pattern, rate in found[:top_k]]
-    if named is not None and (not triggers or (triggers[0].source_class, triggers[0].target_class) != pairs[named]):
+    if named is not None:  # the square first: it sits where a polygon is painted (research notes, stop 68)
         s, t, side, colour, rate = square
         bgr = ", ".join(f"{c:.1f}" for c in colour)
         piece = encode_patch(np.ones((side, side), np.float32),
