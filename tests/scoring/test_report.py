@@ -324,3 +324,17 @@ def test_report_reads_a_models_first_row(zoo: Path, tmp_path: Path) -> None:
     assert code == 0 and "each model's first row counted" in out, out
     assert json.loads((run / "scores.json").read_text())["cross_entropy"] == pytest.approx(math.log(2))
     assert "0.6931" in (run / "report.md").read_text()  # the constant's 0.5 everywhere, not the appended 0.99
+
+
+def test_explanation_lines_show_the_patch_iou_only_where_it_was_measured(tmp_path: Path) -> None:
+    from trojanscope.scoring.report import explanation_lines
+
+    base = {"n_explained": 4, "n_trojaned_explained": 2, "target_accuracy": 1.0, "planted_in_top_k": {}}
+    (tmp_path / "scores.json").write_text(json.dumps({"explanations": {**base, "n_planted_mask_iou": 0,
+                                                                       "planted_mask_iou_median": None}}))
+    assert not any("IoU" in label for label, _ in explanation_lines(tmp_path))
+    (tmp_path / "scores.json").write_text(json.dumps({"explanations": {**base, "n_planted_mask_iou": 2,
+                                                                       "planted_mask_iou_median": 0.3165}}))
+    rows = dict(explanation_lines(tmp_path))
+    label = next(k for k in rows if "IoU" in k)
+    assert "2 models" in label and rows[label] == "0.317"
