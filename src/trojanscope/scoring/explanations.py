@@ -70,27 +70,29 @@ def _class(value: Any) -> int | None:
     return int(f) if f == f and f.is_integer() else None
 
 
+def _measured(model_dir: Path, hook: str, *args: Any) -> float:
+    """The model's modality's optional scoring hook ``hook`` (of its ``DETECTORS`` facet) applied to ``model_dir``
+    and ``args``; NaN where the modality has none."""
+    from trojanscope.detectors.modalities import optional_hook
+    from trojanscope.models.modalities import modality_name
+
+    measure = optional_hook(modality_name(read_config(model_dir)), hook)
+    return float("nan") if measure is None else measure(model_dir, *args)
+
+
 def held_out_attack_success(model_dir: Path, zoo_models: list[Path], trigger: dict[str, Any],
                             source: int | None, target: int) -> float:
     """The recovered trigger's attack success on held-out clean inputs of its source class, measured by the
     model's modality (``held_out_attack_success`` of its ``DETECTORS`` facet; text: inserted into other models'
     example texts, images: the patch stamped on other models' example images); NaN where it has none."""
-    from trojanscope.detectors.modalities import optional_hook
-    from trojanscope.models.modalities import modality_name
-
-    measure = optional_hook(modality_name(read_config(model_dir)), "held_out_attack_success")
-    return float("nan") if measure is None else measure(model_dir, zoo_models, trigger, source, target)
+    return _measured(model_dir, "held_out_attack_success", zoo_models, trigger, source, target)
 
 
 def planted_mask_iou(model_dir: Path, trigger: dict[str, Any], target: int | None) -> float:
     """The recovered patch's mask IoU with the planted trigger, measured by the model's modality
     (``planted_mask_iou`` of its ``DETECTORS`` facet); NaN where it has none or the model does not say what was
     planted where."""
-    from trojanscope.detectors.modalities import optional_hook
-    from trojanscope.models.modalities import modality_name
-
-    measure = optional_hook(modality_name(read_config(model_dir)), "planted_mask_iou")
-    return float("nan") if measure is None else measure(model_dir, trigger, target)
+    return _measured(model_dir, "planted_mask_iou", trigger, target)
 
 
 def explanation_rows(run_dir: Path, model_dirs: list[Path], *, top_k: int = 5, measure: bool = True) -> pd.DataFrame:
