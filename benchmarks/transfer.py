@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
         chosen_families = f", reads {'+'.join(det.used_families)}" if getattr(det, "candidates", None) else ""
         chosen_families += "" if clf.reference == "global" else f" @{clf.reference}"
         print(f" union fit on {len(tr_y)} train models (cv CE {clf.cv_cross_entropy:.3f}, cv ROC-AUC "
-              f"{clf.cv_roc_auc:.3f}, C {clf.C:g}, calibration {clf.calibration}, abstain {clf.abstain:g}"
+              f"{clf.cv_roc_auc:.3f}, {clf.settings}, calibration {clf.calibration}, abstain {clf.abstain:g}"
               f"{chosen_families}), scored on each group's test zoos:")
         for g in groups:
             te_rows, te_y, _, te_d = stack(lambda gg, role, g=g: gg == g and role == "test")

@@ -122,7 +122,8 @@ def test_auto_tries_each_candidate_against_shape_references_and_keeps_the_better
     rows, y, domains = _shaped_rows()
     det = DETECTORS.get("auto")().fit_features(rows, y, domains=domains)
     tried = det.trained_on_["candidates_cv_cross_entropy"]
-    assert len(tried) == 3 * len(det.candidates) and "weights @shape" in tried and "weights @architecture" in tried
+    assert len(tried) == 4 * len(det.candidates) and "weights @shape" in tried and "weights @architecture" in tried
+    assert "weights @per-architecture" in tried
     assert det.classifier_.reference == "shape" and det.trained_on_["reference"] == "shape"
     assert tried["weights @shape"] < tried["weights"]
     det.save(tmp_path / "auto.json")
@@ -134,7 +135,8 @@ def test_auto_tries_each_candidate_against_shape_references_and_keeps_the_better
 
 def test_auto_reads_against_the_architecture_where_each_shape_has_too_few_models(tmp_path):
     rows, y, domains = _architecture_rows()
-    det = DETECTORS.get("auto")().fit_features(rows, y, domains=domains)
+    # the per-architecture reading is left out: its classifiers would read these shifted rows as well
+    det = _auto(references=["global", "shape", "architecture"]).fit_features(rows, y, domains=domains)
     tried = det.trained_on_["candidates_cv_cross_entropy"]
     assert tried["weights @architecture"] < min(tried["weights @shape"], tried["weights"])
     assert det.classifier_.reference == "architecture"
@@ -143,6 +145,86 @@ def test_auto_reads_against_the_architecture_where_each_shape_has_too_few_models
     np.testing.assert_array_equal(back.score_features(rows, domains), det.score_features(rows, domains))
     assert back.classifier_.unreferenced("GruLinear") is None
     assert back.classifier_.unreferenced("LstmLinear").startswith("architecture LstmLinear has no references")
+
+
+def _auto(**declared):
+    """``auto`` with some of its declared parameters replaced (its name and families kept, so its files load)."""
+    from trojanscope.detectors.declared import DETECTOR_SPECS
+    from trojanscope.detectors.learned import MetaDetector
+
+    return MetaDetector(**{**DETECTOR_SPECS["auto"].declared_params(), **declared})
+
+
+def _opposite_rows(n=120, seed=0, n_lstm=None):
+    """Two architectures whose weights carry the label in opposite directions (and FC a third, of ``n_lstm``
+    models if given): no one set of coefficients reads both, a classifier per architecture reads each."""
+    rng = np.random.default_rng(seed)
+    fams = DETECTORS.get("auto").families
+    rows, y, domains = [], [], []
+    for i in range(n):
+        label, arch = i % 2, ("GruLinear", "FCLinear")[(i // 2) % 2]
+        row = {f"{fam}.x{k}": float(rng.standard_normal()) for fam in fams for k in range(2)}
+        row["weights.x0"] = rng.standard_normal() + (3.0 if arch == "GruLinear" else -3.0) * label
+        rows.append(row)
+        y.append(label)
+        domains.append({"shape": f"{arch} hidden 64", "architecture": arch})
+    for i in range(n_lstm or 0):
+        rows.append({f"{fam}.x{k}": float(rng.standard_normal()) for fam in fams for k in range(2)})
+        y.append(i % 2)
+        domains.append({"shape": "LstmLinear hidden 64", "architecture": "LstmLinear"})
+    return rows, np.asarray(y), domains
+
+
+def test_auto_fits_a_classifier_per_architecture_where_they_carry_the_label_differently(tmp_path):
+    from trojanscope.detectors.meta import PartsClassifier
+
+    rows, y, domains = _opposite_rows()
+    det = DETECTORS.get("auto")().fit_features(rows, y, domains=domains)
+    tried = det.trained_on_["candidates_cv_cross_entropy"]
+    assert tried["weights @per-architecture"] < 0.5 < min(tried["weights"], tried["weights @architecture"])
+    clf = det.classifier_
+    assert isinstance(clf, PartsClassifier) and det.trained_on_["reference"] == "per-architecture"
+    assert set(clf.parts) == {"GruLinear", "FCLinear"}
+    det.save(tmp_path / "auto.json")
+    back = DETECTORS.get("auto").load(tmp_path / "auto.json")
+    p = back.score_features(rows, domains)
+    np.testing.assert_array_equal(p, det.score_features(rows, domains))
+    assert p[y == 1].mean() > 0.8 > 0.2 > p[y == 0].mean()
+    # an architecture the fit never saw has no part: 0.5, and the reason is one line
+    unseen = back.score_features(rows[:2], [{**d, "architecture": "LstmLinear"} for d in domains[:2]])
+    np.testing.assert_array_equal(unseen, [0.5, 0.5])
+    assert back.classifier_.unreferenced("LstmLinear").startswith("architecture LstmLinear has no classifier")
+    assert back.classifier_.unreferenced("GruLinear") is None
+
+
+def test_an_architecture_with_too_few_models_gets_no_part_and_counts_as_half_in_cross_validation():
+    from trojanscope.detectors.meta import MIN_PART, PartsClassifier
+
+    rows, y, domains = _opposite_rows(n_lstm=MIN_PART - 1)
+    det = _auto(candidates=[["weights"]], references=["per-architecture"])
+    det.fit_features(rows, y, domains=domains)
+    clf = det.classifier_
+    assert isinstance(clf, PartsClassifier) and "LstmLinear" not in clf.parts
+    lstm = np.asarray([d["architecture"] == "LstmLinear" for d in domains])
+    np.testing.assert_array_equal(det.score_features([rows[i] for i in np.flatnonzero(lstm)],
+                                                     [domains[i] for i in np.flatnonzero(lstm)]), 0.5)
+    assert clf.cv_cross_entropy > (~lstm).mean() * 0.0 + lstm.mean() * np.log(2) - 1e-9
+
+
+def test_a_malformed_per_architecture_file_is_refused(tmp_path):
+    import json
+
+    rows, y, domains = _opposite_rows()
+    det = _auto(candidates=[["weights"]], references=["per-architecture"])
+    det.fit_features(rows, y, domains=domains).save(tmp_path / "auto.json")
+    good = json.loads((tmp_path / "auto.json").read_text())
+    for bad in ({"parts": {"GruLinear": {"coef": []}}}, {"parts": []}, {"reference": "shape"},
+                {"feature_names": []}, {"cv_cross_entropy": float("nan")}):
+        d = json.loads(json.dumps(good))
+        d["classifier"].update(bad)
+        (tmp_path / "bad.json").write_text(json.dumps(d))
+        with pytest.raises(ConfigError, match="malformed"):
+            DETECTORS.get("auto").load(tmp_path / "bad.json")
 
 
 def test_auto_without_model_shapes_tries_the_global_reading_only_and_records_why():

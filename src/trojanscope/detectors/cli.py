@@ -179,7 +179,7 @@ def fit(
                                  "fresh local cluster or RAY_ADDRESS; the zoo must be at the same path on every "
                                  "node; docs/cluster.md)."),
 ) -> None:
-    from trojanscope.detectors.meta import REFERENCE_WORDS
+    from trojanscope.detectors.meta import PARTS, REFERENCE_WORDS
     from trojanscope.detectors.runner import fit_on_zoo
 
     out = out or Path("params") / f"{detector}.json"
@@ -189,9 +189,10 @@ def fit(
                    f"{clf.abstain:g}" if clf.calibration == "groups" else "stratified folds (one or two generators)")
     chosen = f", reads {' + '.join(det.used_families)}" if getattr(det, "candidates", None) else ""
     if getattr(det, "references", None):
-        chosen += (f" against each {REFERENCE_WORDS[clf.reference]}'s training models" if clf.reference != "global"
-                   else " against all training models")
-    typer.echo(f"fitted {detector} on {n} models{chosen}: C={clf.C:g}, eps={clf.eps:g}, "
+        chosen += (" against all training models" if clf.reference == "global" else
+                   f" with a classifier of its own per {REFERENCE_WORDS[clf.reference]}" if clf.reference in PARTS
+                   else f" against each {REFERENCE_WORDS[clf.reference]}'s training models")
+    typer.echo(f"fitted {detector} on {n} models{chosen}: {clf.settings}, "
                f"cross-validated CE {clf.cv_cross_entropy:.4f}, ROC-AUC {clf.cv_roc_auc:.4f}, "
                f"calibration: {calibration}; novelty bound mean |z| {clf.novelty_max:.2f}; wrote {out}")
 

@@ -19,7 +19,14 @@ from typing import Any
 import numpy as np
 
 from trojanscope.detectors.base import Detection, Detector, ModelInputs
-from trojanscope.detectors.meta import REFERENCE_WORDS, MetaClassifier, reference_keys
+from trojanscope.detectors.meta import (
+    REFERENCE_WORDS,
+    MetaClassifier,
+    PartsClassifier,
+    classifier_from_dict,
+    fit_reading,
+    reference_keys,
+)
 from trojanscope.errors import ConfigError, NotFittedError
 from trojanscope.fsutil import atomic_write_json
 
@@ -213,7 +220,7 @@ class MetaDetector(Detector):
         families' parameters the rows were computed with where fitting learned some (default: the detector's);
         ``groups``: each row's generator (see :meth:`fit`); ``domains``: each row's model domain, recorded as the
         fit domain (:meth:`fit` records it from the models)."""
-        best: tuple[float, tuple[str, ...], MetaClassifier] | None = None
+        best: tuple[float, tuple[str, ...], MetaClassifier | PartsClassifier] | None = None
         tried = {}
         readings = tuple(self.references or ("global",))
         keys = {r: reference_keys(domains, r) for r in readings}
@@ -233,8 +240,8 @@ class MetaDetector(Detector):
                 raise ConfigError(f"detector {self.name!r}: no features of {', '.join(subset)} computed; is the "
                                   "training zoo empty?")
             for reading in readings:  # ties: the earlier candidate, then the earlier reading (global first)
-                clf = MetaClassifier.fit(f, np.asarray(labels), names, seed=self.seed, groups=groups,
-                                         shapes=keys[reading], reference=reading)
+                clf = fit_reading(f, np.asarray(labels), names, seed=self.seed, groups=groups,
+                                  shapes=keys[reading], reference=reading)
                 key = "+".join(subset) + ("" if reading == "global" else f" @{reading}")
                 tried[key] = round(clf.cv_cross_entropy, 4)
                 if best is None or clf.cv_cross_entropy < best[0] - 1e-9:
@@ -259,7 +266,7 @@ class MetaDetector(Detector):
                                                                                return_counts=True), strict=True)}
         return self
 
-    def _check_fitted(self) -> MetaClassifier:
+    def _check_fitted(self) -> MetaClassifier | PartsClassifier:
         clf = getattr(self, "classifier_", None)
         if clf is None:
             raise NotFittedError(
@@ -365,7 +372,7 @@ class MetaDetector(Detector):
             raise ConfigError(f"{where}: family_params must map family names to keyword dicts")
         det = cls(**{**params, "family_params": fparams})
         _families(det.families, fparams)  # validates names and keywords now, not at scoring time
-        det.classifier_ = MetaClassifier.from_dict(d.get("classifier") or {})
+        det.classifier_ = classifier_from_dict(d.get("classifier") or {})
         selected = d.get("selected", families)
         if (not isinstance(selected, list) or not selected or not all(isinstance(f, str) for f in selected)
                 or set(selected) - set(families)):

@@ -34,6 +34,13 @@ holds every shape of the round, so a weight statistic that scales with width is 
 width, not against an absolute learned from other shapes. ``reference="architecture"`` groups the same way by
 the domain's architecture alone (GRU, LSTM, FC, ...): coarser, so more references per group where a round draws
 many widths and depths and each exact shape has few models.
+
+**A classifier of its own per architecture** (``reference="per-architecture"``: :class:`PartsClassifier`): one
+meta-classifier as above (own features, C, Platt map and ε) fitted on each architecture's models alone, for
+rounds whose architectures carry the trojan in different weights (a GRU's input gates are not an FC layer's
+columns, so one set of coefficients over both reads neither well). An architecture with fewer than
+``MIN_PART`` fit models, or fewer than ``MIN_PART_CLASS`` of either label, gets no classifier: its models are
+answered 0.5, in cross-validation too, so the reading is only chosen where every architecture has enough.
 """
 
 from __future__ import annotations
@@ -54,8 +61,14 @@ ABSTAIN_GRID = (1.0, 2.0, 4.0, 8.0)  # weight exp(-abstain * excess) on the fit,
 REACH_QUANTILE = 0.9  # the fit's own models' reach that counts as "inside"
 MIN_GROUPS = 3  # leave-one-generator-out calibration needs at least this many generators
 MIN_REFERENCES = 5  # fit models of one shape needed to read that shape against its own (else: pooled)
-REFERENCE_MODES = ("global", "shape", "architecture")  # the last two: the model domain's field keying references
-REFERENCE_WORDS = {"shape": "head shape", "architecture": "architecture"}  # how messages name a reference key
+# "shape" / "architecture": the model domain's field keying references; "per-architecture": a classifier per
+# architecture (PARTS maps it to the domain field keying its parts)
+REFERENCE_MODES = ("global", "shape", "architecture", "per-architecture")
+PARTS = {"per-architecture": "architecture"}
+REFERENCE_WORDS = {"shape": "head shape", "architecture": "architecture",  # how messages name a reference key
+                   "per-architecture": "architecture"}
+MIN_PART = 20  # fit models an architecture needs for a classifier of its own ("per-architecture")
+MIN_PART_CLASS = 5  # ... and of each label among them
 
 
 def reference_keys(domains: Any, reference: str) -> list | None:
@@ -63,7 +76,26 @@ def reference_keys(domains: Any, reference: str) -> list | None:
     where a domain lacks it), or None for the global reading or without domains."""
     if reference == "global" or domains is None:
         return None
-    return [(d or {}).get(reference) for d in domains]
+    field = PARTS.get(reference, reference)
+    return [(d or {}).get(field) for d in domains]
+
+
+def fit_reading(features: np.ndarray, labels: np.ndarray, names: list[str], *, seed: int = 0,
+                groups: np.ndarray | list | None = None, shapes: np.ndarray | list | None = None,
+                reference: str = "global") -> MetaClassifier | PartsClassifier:
+    """The classifier of one reading: :meth:`MetaClassifier.fit`, or :meth:`PartsClassifier.fit` for a reading
+    with a classifier per key (``PARTS``)."""
+    if reference in PARTS:
+        return PartsClassifier.fit(features, labels, names, seed=seed, groups=groups, shapes=shapes,
+                                   reference=reference)
+    return MetaClassifier.fit(features, labels, names, seed=seed, groups=groups, shapes=shapes, reference=reference)
+
+
+def classifier_from_dict(d: Any) -> MetaClassifier | PartsClassifier:
+    """Either classifier from its JSON (a parameter file's ``classifier``; untrusted, checked)."""
+    if isinstance(d, dict) and "parts" in d:
+        return PartsClassifier.from_dict(d)
+    return MetaClassifier.from_dict(d if isinstance(d, dict) else {})
 
 
 def _ce(y: np.ndarray, p: np.ndarray) -> float:
@@ -259,8 +291,10 @@ class MetaClassifier:
         g = None if groups is None else np.asarray([str(v) for v in groups])
         if g is not None and len(g) != len(y):
             raise ConfigError(f"{len(g)} group labels for {len(y)} models")
-        if reference not in REFERENCE_MODES:
-            raise ConfigError(f"reference {reference!r} is not one of {', '.join(REFERENCE_MODES)}")
+        if reference not in REFERENCE_MODES or reference in PARTS:
+            raise ConfigError(f"reference {reference!r} is not one of "
+                              f"{', '.join(r for r in REFERENCE_MODES if r not in PARTS)} "
+                              "(fit_reading fits the others)")
         sh = None
         if reference != "global":
             if shapes is None or len(shapes) != len(y):
@@ -308,12 +342,19 @@ class MetaClassifier:
         mean, scale = cls._stats(f)
         z = _standardise(f, mean, scale)
         coef, b = _fit_lr(z, y, c)
-        return cls(
+        fitted = cls(
             feature_names=list(names), mean=mean.tolist(), scale=scale.tolist(), coef=coef.tolist(), intercept=b,
             platt_a=platt[0], platt_b=platt[1], eps=float(eps), C=float(c),
             cv_cross_entropy=_ce(y, np.clip(p_oof, eps, 1 - eps)), cv_roc_auc=_auc(y, oof), n_train=len(y),
             novelty_max=float(np.abs(z).mean(axis=1).max()), **extra,
         )
+        fitted.oof_ = np.clip(p_oof, eps, 1 - eps)  # the out-of-fold answers (not saved): PartsClassifier joins them
+        return fitted
+
+    @property
+    def settings(self) -> str:
+        """The fitted settings, for one line of a command's output."""
+        return f"C={self.C:g}, eps={self.eps:g}"
 
     @staticmethod
     def _stats(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -448,8 +489,9 @@ class MetaClassifier:
                     raise ValueError(f"{key} {v!r} is not a finite number >= 0")
             if obj.calibration not in ("stratified", "groups"):
                 raise ValueError(f"calibration {obj.calibration!r} is not 'stratified' or 'groups'")
-            if obj.reference not in REFERENCE_MODES:
-                raise ValueError(f"reference {obj.reference!r} is not one of {', '.join(REFERENCE_MODES)}")
+            if obj.reference not in REFERENCE_MODES or obj.reference in PARTS:
+                raise ValueError(f"reference {obj.reference!r} is not one of "
+                                 f"{', '.join(r for r in REFERENCE_MODES if r not in PARTS)}")
             if obj.reference != "global":
                 obj.references = References.from_dict(obj.references, n).to_dict()
             elif obj.references is not None:
@@ -459,3 +501,136 @@ class MetaClassifier:
                 f"detector parameters are malformed ({exc}); refit with 'trojanscope detect fit'"
             ) from None
         return obj
+
+
+@dataclass
+class PartsClassifier:
+    """A :class:`MetaClassifier` per architecture (module docstring): ``parts`` maps an architecture to the
+    classifier fitted on that architecture's models alone, over the features those models have. A model of an
+    architecture without a part is answered 0.5 (:meth:`unreferenced` says why)."""
+
+    feature_names: list[str]
+    parts: dict[str, MetaClassifier]
+    cv_cross_entropy: float  # over every fit model: each part's out-of-fold answers, 0.5 for models without a part
+    cv_roc_auc: float
+    n_train: int
+    reference: str = "per-architecture"
+    calibration = "stratified"  # each part's (fitted on one generator's round: configure mode)
+    abstain = 0.0
+    n_groups = None
+    reach_ref = None
+    references = None
+
+    @classmethod
+    def fit(cls, features: np.ndarray, labels: np.ndarray, names: list[str], seed: int = 0,
+            groups: np.ndarray | list | None = None, shapes: np.ndarray | list | None = None,
+            reference: str = "per-architecture") -> PartsClassifier:
+        """One classifier per key of ``shapes`` (each model's architecture) that has ``MIN_PART`` models and
+        ``MIN_PART_CLASS`` of each label, over the features that key's models have."""
+        if reference not in PARTS:
+            raise ConfigError(f"reference {reference!r} is not one of {', '.join(PARTS)}")
+        f = np.asarray(features, dtype=np.float64)
+        y = np.asarray(labels, dtype=np.int64)
+        word = REFERENCE_WORDS[reference]
+        if shapes is None or len(shapes) != len(y):
+            raise ConfigError(f"a classifier per {word} needs one {word} per model, got "
+                              f"{0 if shapes is None else len(shapes)} for {len(y)} models")
+        keys = np.asarray([str(v) for v in shapes])
+        g = None if groups is None else np.asarray([str(v) for v in groups])
+        parts: dict[str, MetaClassifier] = {}
+        p_oof = np.full(len(y), 0.5)
+        for key in sorted(set(keys.tolist())):
+            rows = keys == key
+            if rows.sum() < MIN_PART or min((y[rows] == 0).sum(), (y[rows] == 1).sum()) < MIN_PART_CLASS:
+                continue
+            cols = np.flatnonzero(np.isfinite(f[rows]).any(axis=0))
+            if not len(cols):
+                continue
+            part = MetaClassifier.fit(f[rows][:, cols], y[rows], [names[i] for i in cols], seed=seed,
+                                      groups=None if g is None else g[rows])
+            parts[key] = part
+            p_oof[rows] = part.oof_
+        return cls(feature_names=list(names), parts=parts, cv_cross_entropy=_ce(y, p_oof),
+                   cv_roc_auc=_auc(y, p_oof), n_train=len(y), reference=reference)
+
+    @property
+    def settings(self) -> str:
+        """Each part's fitted settings, for one line of a command's output."""
+        return "; ".join(f"{key}: {part.settings}" for key, part in self.parts.items()) or "no part fitted"
+
+    @property
+    def novelty_max(self) -> float | None:
+        bounds = [p.novelty_max for p in self.parts.values() if p.novelty_max is not None]
+        return max(bounds) if bounds else None
+
+    def vector(self, features: dict[str, float]) -> np.ndarray:
+        """The feature vector in training order (NaN where the model lacks one: each part reads its median)."""
+        return np.asarray([features.get(n, np.nan) for n in self.feature_names], float)
+
+    def _rows(self, f: np.ndarray, shapes: np.ndarray | list | None) -> tuple[np.ndarray, list]:
+        f = np.atleast_2d(np.asarray(f, dtype=np.float64))
+        return f, [None] * len(f) if shapes is None else list(shapes)
+
+    def _part_columns(self, part: MetaClassifier) -> np.ndarray:
+        cache = self.__dict__.setdefault("_columns", {})
+        if id(part) not in cache:
+            where = {n: i for i, n in enumerate(self.feature_names)}
+            cache[id(part)] = np.asarray([where[n] for n in part.feature_names])
+        return cache[id(part)]
+
+    def predict_proba(self, f: np.ndarray, shapes: np.ndarray | list | None = None) -> np.ndarray:
+        """P(trojaned) for rows of ``f`` from the part of each row's architecture (``shapes``); 0.5 without one."""
+        f, keys = self._rows(f, shapes)
+        out = np.full(len(f), 0.5)
+        for i, key in enumerate(keys):  # row by row: a model's answer never depends on its batch
+            part = self.parts.get(key)
+            if part is not None:
+                out[i] = part.predict_proba(f[i:i + 1, self._part_columns(part)])[0]
+        return out
+
+    def unreferenced(self, shape: str | None) -> str | None:
+        """One line when a model of architecture ``shape`` has no part (so it is answered 0.5), else None."""
+        if shape in self.parts:
+            return None
+        return (f"{REFERENCE_WORDS[self.reference]} {shape} has no classifier of its own among the fit's (fewer than "
+                f"{MIN_PART} models, or {MIN_PART_CLASS} of a label); answered 0.5")
+
+    def outside(self, f: np.ndarray, top: int = 3, shapes: np.ndarray | list | None = None) -> str | None:
+        """Its part's :meth:`MetaClassifier.outside` for the one row of ``f`` (None without a part)."""
+        f, keys = self._rows(f, shapes)
+        part = self.parts.get(keys[0])
+        return None if part is None else part.outside(f[:1, self._part_columns(part)], top=top)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"feature_names": list(self.feature_names), "reference": self.reference,
+                "parts": {k: p.to_dict() for k, p in self.parts.items()},
+                "cv_cross_entropy": self.cv_cross_entropy, "cv_roc_auc": self.cv_roc_auc, "n_train": self.n_train}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PartsClassifier:
+        """Rebuild from JSON, checking every part (the file is untrusted)."""
+        try:
+            names, parts = d["feature_names"], d["parts"]
+            if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+                raise ValueError("feature names must be a non-empty list of strings")
+            if d.get("reference") not in PARTS:
+                raise ValueError(f"reference {d.get('reference')!r} is not one of {', '.join(PARTS)}")
+            if not isinstance(parts, dict) or not all(isinstance(k, str) and isinstance(v, dict)
+                                                      for k, v in parts.items()):
+                raise ValueError("parts must map an architecture to a classifier")
+            nums = [d["cv_cross_entropy"], d["cv_roc_auc"]]
+            if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in nums):
+                raise ValueError("cross-validated figures must be finite numbers")
+            if not isinstance(d["n_train"], int) or d["n_train"] < 1:
+                raise ValueError("n_train must be a positive integer")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"detector parameters are malformed ({exc}); refit with 'trojanscope detect fit'"
+            ) from None
+        built = {k: MetaClassifier.from_dict(v) for k, v in parts.items()}
+        for key, part in built.items():
+            if part.reference != "global" or set(part.feature_names) - set(names):
+                raise ConfigError(f"detector parameters are malformed (part {key!r} reads references or features "
+                                  "the classifier does not list); refit with 'trojanscope detect fit'")
+        return cls(feature_names=list(names), parts=built, cv_cross_entropy=float(d["cv_cross_entropy"]),
+                   cv_roc_auc=float(d["cv_roc_auc"]), n_train=d["n_train"], reference=d["reference"])
