@@ -95,8 +95,9 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--zoo", type=_zoo_arg, action="append", default=[], help="GROUP:ROLE:PATH (repeat)")
-    ap.add_argument("--rows", type=Path, action="append", default=[],
-                    help="a feature-rows file of benchmarks/rows.py (repeat); its group and role are the file's")
+    ap.add_argument("--rows", type=Path, action="extend", nargs="+", default=[],
+                    help="feature-rows files of benchmarks/rows.py (one or more, or repeat the option, so a shell "
+                         "glob or brace list works); each file's group and role are its own")
     ap.add_argument("--calibration", choices=("groups", "stratified"), default="groups",
                     help="groups: fits calibrate leaving one group out where the train side has 3 or more groups "
                          "(what `detect fit` does with zoos of 3 or more presets); stratified: as before it")

@@ -55,7 +55,8 @@ def test_a_fit_from_rows_files_is_saved_and_runs_as_the_registered_detector(tmp_
         files.append(tmp_path / f"{role}.json")
         files[-1].write_text(json.dumps(doc))
     out = tmp_path / "out"
-    transfer.main(["--out", str(out), "--variants", "auto", "--rows", str(files[0]), "--rows", str(files[1])])
+    # one --rows with several files (as a shell brace list gives them); repeating the option adds more
+    transfer.main(["--out", str(out), "--variants", "auto", "--rows", str(files[0]), str(files[1])])
     assert "saved" in capsys.readouterr().out
     det = DETECTORS.get("auto").load(out / "auto-union.json")
     assert "weights" in det.used_families
