@@ -257,3 +257,24 @@ def test_detect_fit_says_how_auto_reads_its_choice(monkeypatch, tmp_path):
                                            "--out", str(tmp_path / "auto.json")])
     assert res.exit_code == 0, res.output
     assert f"reads {' + '.join(det.used_families)} against each head shape's training models" in res.output
+
+
+def test_detect_fit_says_when_auto_chose_a_classifier_per_architecture(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    import trojanscope.detectors.runner as runner
+    from trojanscope.cli import build_app
+
+    rows, y, domains = _opposite_rows()
+    det = _auto(candidates=[["weights"]], references=["per-architecture"]).fit_features(rows, y, domains=domains)
+    monkeypatch.setattr(runner, "fit_on_zoo", lambda *a, **k: (det, len(y)))
+    res = CliRunner().invoke(build_app(), ["detect", "fit", "--zoo", str(tmp_path), "--detector", "auto",
+                                           "--out", str(tmp_path / "auto.json")])
+    assert res.exit_code == 0, res.output
+    assert "reads weights with a classifier of its own per architecture: FCLinear: C=" in res.output
+    # a fit in which no architecture had enough models for a part: every answer 0.5, and the line still prints
+    det.classifier_.parts.clear()
+    res = CliRunner().invoke(build_app(), ["detect", "fit", "--zoo", str(tmp_path), "--detector", "auto",
+                                           "--out", str(tmp_path / "auto.json")])
+    assert res.exit_code == 0, res.output
+    assert "no part fitted" in res.output and "novelty bound mean |z| none" in res.output

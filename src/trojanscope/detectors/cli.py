@@ -194,7 +194,8 @@ def fit(
                    else f" against each {REFERENCE_WORDS[clf.reference]}'s training models")
     typer.echo(f"fitted {detector} on {n} models{chosen}: {clf.settings}, "
                f"cross-validated CE {clf.cv_cross_entropy:.4f}, ROC-AUC {clf.cv_roc_auc:.4f}, "
-               f"calibration: {calibration}; novelty bound mean |z| {clf.novelty_max:.2f}; wrote {out}")
+               f"calibration: {calibration}; novelty bound mean |z| "
+               + ("none" if clf.novelty_max is None else f"{clf.novelty_max:.2f}") + f"; wrote {out}")
 
 
 def detectors() -> None:
