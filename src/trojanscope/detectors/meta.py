@@ -567,16 +567,14 @@ class PartsClassifier:
         """The feature vector in training order (NaN where the model lacks one: each part reads its median)."""
         return np.asarray([features.get(n, np.nan) for n in self.feature_names], float)
 
+    def __post_init__(self) -> None:
+        where = {n: i for i, n in enumerate(self.feature_names)}
+        # where each part's features sit in this classifier's vector (a part reads the subset its models have)
+        self._columns = {key: np.asarray([where[n] for n in part.feature_names]) for key, part in self.parts.items()}
+
     def _rows(self, f: np.ndarray, shapes: np.ndarray | list | None) -> tuple[np.ndarray, list]:
         f = np.atleast_2d(np.asarray(f, dtype=np.float64))
         return f, [None] * len(f) if shapes is None else list(shapes)
-
-    def _part_columns(self, part: MetaClassifier) -> np.ndarray:
-        cache = self.__dict__.setdefault("_columns", {})
-        if id(part) not in cache:
-            where = {n: i for i, n in enumerate(self.feature_names)}
-            cache[id(part)] = np.asarray([where[n] for n in part.feature_names])
-        return cache[id(part)]
 
     def predict_proba(self, f: np.ndarray, shapes: np.ndarray | list | None = None) -> np.ndarray:
         """P(trojaned) for rows of ``f`` from the part of each row's architecture (``shapes``); 0.5 without one."""
@@ -585,7 +583,7 @@ class PartsClassifier:
         for i, key in enumerate(keys):  # row by row: a model's answer never depends on its batch
             part = self.parts.get(key)
             if part is not None:
-                out[i] = part.predict_proba(f[i:i + 1, self._part_columns(part)])[0]
+                out[i] = part.predict_proba(f[i:i + 1, self._columns[key]])[0]
         return out
 
     def unreferenced(self, shape: str | None) -> str | None:
@@ -599,7 +597,7 @@ class PartsClassifier:
         """Its part's :meth:`MetaClassifier.outside` for the one row of ``f`` (None without a part)."""
         f, keys = self._rows(f, shapes)
         part = self.parts.get(keys[0])
-        return None if part is None else part.outside(f[:1, self._part_columns(part)], top=top)
+        return None if part is None else part.outside(f[:1, self._columns[keys[0]]], top=top)
 
     def to_dict(self) -> dict[str, Any]:
         return {"feature_names": list(self.feature_names), "reference": self.reference,
