@@ -232,7 +232,7 @@ class MetaDetector(Detector):
             # readings cannot be tried; the file says so rather than the choice pretending it was made
             readings = tuple(r for r in readings if r not in missing) or ("global",)
             skipped = (f"{' and '.join(missing)} reading not tried: the training rows lack "
-                       f"{' and '.join(REFERENCE_WORDS[r] + 's' for r in missing)} (fit on a zoo)")
+                       f"{' and '.join(dict.fromkeys(REFERENCE_WORDS[r] + 's' for r in missing))} (fit on a zoo)")
         for subset in [tuple(c) for c in self.candidates] if self.candidates else [tuple(self.families)]:
             prefixes = tuple(f"{f}." for f in subset)
             f, names = matrix([{k: v for k, v in r.items() if k.startswith(prefixes)} for r in rows])
