@@ -100,3 +100,43 @@ def test_the_training_generator_shares_no_trigger_or_corpus_with_the_checks(monk
         assert corpora.isdisjoint({s.corpus for s in load_preset(FOREIGN / name)[0].data.sources})
     r5 = load_preset("round5-cpu")[0]
     assert varied.head.architecture == r5.head.architecture and varied.training.lr != r5.training.lr
+
+
+# round5-foreign3: the development generator whose heads the shipped detector never saw (widths, depths), so a
+# check of how the shipped file reads unseen head shapes. Its pools must be as foreign as the others'.
+FOREIGN3 = ("round5-foreign3.toml", "words3.txt", "phrases3.txt")
+
+
+def test_the_third_foreign_generator_shares_no_trigger_with_anything_scanned_or_fitted(monkeypatch):
+    from trojanscope.encoders import get_encoder
+    from trojanscope.modalities.text.features.scan import PhraseScan
+
+    monkeypatch.chdir(ROOT)
+    name, words_file, phrases_file = FOREIGN3
+    load_preset(FOREIGN / name)
+    words, phrases = _items(FOREIGN / words_file), _items(FOREIGN / phrases_file)
+    assert len(words) >= 20 and len(phrases) >= 10
+    others = {item for files in PRESETS.values() for f in files for item in _items(FOREIGN / f)}
+    others |= {item for files in TRAINING.values() for f in files for item in _items(VARIED / f)}
+    others |= {item.lower() for pool in POOLS.names() for item in load_pool(pool)}
+    others |= {p.lower() for p in phrase_candidates()} | set(character_candidates())
+    others |= {text.lower() for _, text in PhraseScan(progress=False).candidates(get_encoder("minilm"))}
+    assert not (words | phrases) & others
+
+
+def test_the_third_foreign_generator_draws_head_shapes_outside_the_shipped_fit(monkeypatch):
+    import json
+
+    monkeypatch.chdir(ROOT)
+    preset = load_preset(FOREIGN / FOREIGN3[0])[0]
+    shipped = json.loads((ROOT / "src/trojanscope/detectors/params/default.json").read_text())
+    seen = shipped["trained_on"]["domain"]["shape"]  # e.g. "GruLinear hidden 256 layers 2 bidirectional"
+    widths = {int(s.split()[2]) for s in seen}
+    depths = {int(s.split()[4]) for s in seen}
+    assert not set(preset.head.hidden_size) & widths and not set(preset.head.n_layers) & depths
+    r5 = load_preset("round5-cpu")[0]
+    assert preset.training.lr != r5.training.lr and not set(preset.training.epochs) & set(r5.training.epochs)
+    shipped_corpora = {s.corpus for p in ("round5-cpu", "round6-cpu", "dynasent-cpu")
+                       for s in load_preset(p)[0].data.sources}
+    shipped_corpora |= {s.corpus for n in TRAINING for s in load_preset(VARIED / n)[0].data.sources}
+    assert {s.corpus for s in preset.data.sources}.isdisjoint(shipped_corpora)
