@@ -189,3 +189,89 @@ def test_fit_leaves_out_models_metadata_marks_unconverged(strong_zoo, tmp_path):
     models, labels = zoo_inputs(zoo)
     assert len(models) == len(list_model_dirs(zoo)) - 1 == len(labels)
     assert all(first not in str(m.model_filepath) for m in models)
+
+
+# A head width, depth or direction the fit never saw: `default` answers 0.5 there (round5-foreign3, heads of widths
+# 128/768 and 1 or 3 layers, scored CE 0.910 with the shipped file: worse than 0.5), while a new combination of
+# seen widths and depths only warns (on round6-cpu's holdout the shipped file reads those well).
+SHIPPED_GRU = {"modality": "text", "n_classes": 2, "architecture": "GruLinear",
+               "input": "sentence-transformers/all-MiniLM-L6-v2, summary mean"}
+
+
+def test_text_shapes_split_into_factors_of_their_architecture():
+    from trojanscope.detectors.domain import shape_factors
+
+    assert shape_factors("text", "GruLinear hidden 256 layers 2 bidirectional") == [
+        "GruLinear hidden 256", "GruLinear layers 2", "GruLinear bidirectional"]
+    assert shape_factors("text", "Linear") == ["Linear"]
+    assert shape_factors("text", "odd shape string") == []
+    assert shape_factors("image", "ConvNet input 64") is None  # no factors: images compare shapes whole
+    assert shape_factors("no-such-modality", "x") is None
+
+
+def test_a_new_factor_is_told_apart_from_a_new_combination():
+    from trojanscope.detectors.domain import abstains, differences
+
+    fitted = load_detector("default").trained_on_["domain"]
+    combo = {**SHIPPED_GRU, "shape": "GruLinear hidden 256 layers 4 unidirectional"}  # each factor seen, not together
+    assert [k for k, _ in differences(fitted, combo)] == ["shape"]
+    new = {**SHIPPED_GRU, "shape": "GruLinear hidden 768 layers 3 unidirectional"}
+    diffs = dict(differences(fitted, new))
+    assert set(diffs) == {"shape", "factors"}
+    assert diffs["factors"] == "head factors GruLinear hidden 768, GruLinear layers 3 in no shape of the fit"
+    assert not abstains(fitted, new) and abstains(fitted, new, ("factors",))  # only a detector that declares it
+    assert not abstains(fitted, combo, ("factors",))
+
+
+def test_default_answers_half_on_a_head_width_it_never_saw_and_not_on_a_new_combination():
+    det = load_detector("default")
+    assert "factors" in det.abstain_on and "factors" not in (load_detector("image-default").abstain_on or ())
+    fitted = det.trained_on_["domain"]
+    seen = next(s for s in fitted["shape"] if s.startswith("GruLinear"))
+    rows = [{}, {}, {}]
+    domains = [{**SHIPPED_GRU, "shape": seen}, {**SHIPPED_GRU, "shape": "GruLinear hidden 128 layers 2 bidirectional"},
+               {**SHIPPED_GRU, "shape": "GruLinear hidden 256 layers 4 unidirectional"}]
+    p = det.score_features(rows, domains=domains)
+    assert p[1] == 0.5 and p[0] != 0.5 and p[2] != 0.5
+
+
+def test_abstain_on_is_declared_and_checked(tmp_path):
+    from trojanscope.detectors.declared import spec_from_entry
+    from trojanscope.errors import ConfigError
+
+    modality_of = {"weights": "text"}
+    spec = spec_from_entry("x", {"families": ["weights"], "abstain_on": ["modality", "n_classes", "input", "factors"]},
+                           "t", modality_of)
+    assert spec().abstain_on == ("modality", "n_classes", "input", "factors")
+    assert spec().get_params()["abstain_on"] == ("modality", "n_classes", "input", "factors")
+    for bad in (["modality", "n_classes", "input", "width"], ["factors"], "factors",
+                ["modality", "n_classes", "input", "input"]):
+        with pytest.raises(ConfigError, match="abstain_on must be"):
+            spec_from_entry("x", {"families": ["weights"], "abstain_on": bad}, "t", modality_of)
+
+
+def test_contract_abstains_on_a_new_width_where_the_detector_declares_it(weights_params, strong_zoo, tmp_path, capsys):
+    from trojanscope.detectors.declared import declare, spec_from_entry, undeclare
+    from trojanscope.detectors.runner import run_contract
+
+    model = tmp_path / "wide"
+    shutil.copytree(list_model_dirs(strong_zoo)[0], model)
+    torch.manual_seed(0)
+    spec = HeadSpec("GruLinear", input_size=384, output_size=2, hidden_size=64, n_layers=2, bidirectional=True)
+    save_head(spec.build(), spec, model / "model.pt")
+    p = run_contract(model / "model.pt", tmp_path / "r.txt", examples_dirpath=model / "clean_example_data",
+                     detector="weights", params=weights_params)
+    err = capsys.readouterr().err
+    assert "GruLinear hidden 64 in no shape of the fit" in err and "answered 0.5" not in err, err  # warns only
+    params = json.loads(weights_params.read_text())
+    params["detector"] = "weights-careful"
+    (tmp_path / "careful.json").write_text(json.dumps(params))
+    declare(spec_from_entry("weights-careful", {"families": ["weights"], "abstain_on": [
+        "modality", "n_classes", "input", "factors"]}, "t", {"weights": "text"}), help="test")
+    try:
+        p = run_contract(model / "model.pt", tmp_path / "r2.txt", examples_dirpath=model / "clean_example_data",
+                         detector="weights-careful", params=tmp_path / "careful.json")
+    finally:
+        undeclare("weights-careful")
+    err = capsys.readouterr().err
+    assert p == 0.5 and "out of fit: answered 0.5: outside the fit's head factors" in err, err

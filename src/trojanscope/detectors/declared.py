@@ -19,7 +19,7 @@ from trojanscope.detectors.base import DETECTORS
 from trojanscope.errors import ConfigError
 
 DETECTOR_SPECS: dict[str, DetectorSpec] = {}
-SPEC_KEYS = {"families", "description", "params", "fallback", "candidates", "references"}
+SPEC_KEYS = {"families", "description", "params", "fallback", "candidates", "references", "abstain_on"}
 # A modality's declarations are Python, not a data file, so they may also name the estimator class.
 MODALITY_SPEC_KEYS = SPEC_KEYS | {"estimator"}
 META_DETECTOR = "trojanscope.detectors.learned:MetaDetector"
@@ -39,6 +39,7 @@ class DetectorSpec:
     estimator: str = META_DETECTOR
     candidates: tuple[tuple[str, ...], ...] | None = None  # family subsets the fit chooses from (None: all)
     references: tuple[str, ...] | None = None  # readings each candidate is tried with (None: "global" only)
+    abstain_on: tuple[str, ...] | None = None  # domain differences answered 0.5 (None: domain.ABSTAIN_ON)
 
     @property
     def needs(self) -> frozenset[str]:
@@ -51,12 +52,14 @@ class DetectorSpec:
 
     def declared_params(self) -> dict[str, Any]:
         """The estimator parameters this declaration fixes: ``name``, ``families``, ``fallback`` (and
-        ``candidates`` and ``references`` where it declares them)."""
+        ``candidates``, ``references`` and ``abstain_on`` where it declares them)."""
         fixed: dict[str, Any] = {"name": self.name, "families": self.families, "fallback": dict(self.fallback)}
         if self.candidates is not None:
             fixed["candidates"] = self.candidates
         if self.references is not None:
             fixed["references"] = self.references
+        if self.abstain_on is not None:
+            fixed["abstain_on"] = self.abstain_on
         return fixed
 
     def __call__(self, **params: Any) -> Any:
@@ -140,9 +143,19 @@ def spec_from_entry(name: str, entry: Any, where: str, modality_of: dict[str, st
             raise ConfigError(f"{where}: references must be a non-empty list of distinct readings out of "
                               f"{', '.join(map(repr, REFERENCE_MODES))}")
         references = tuple(references)
+    abstain_on = entry.get("abstain_on")
+    if abstain_on is not None:
+        from trojanscope.detectors.domain import ABSTAIN_ON, KEYS
+
+        if (not isinstance(abstain_on, list) or len(set(abstain_on)) != len(abstain_on)
+                or not all(k in KEYS for k in abstain_on) or set(ABSTAIN_ON) - set(abstain_on)):
+            raise ConfigError(f"{where}: abstain_on must be a list of distinct domain keys out of "
+                              f"{', '.join(map(repr, KEYS))} holding at least {', '.join(map(repr, ABSTAIN_ON))}")
+        abstain_on = tuple(abstain_on)
     return DetectorSpec(name=name, families=tuple(families), modality=modalities.pop(),
                         description=str(entry.get("description", "")), shipped=entry.get("params"),
-                        fallback=dict(fallback), estimator=estimator, candidates=candidates, references=references)
+                        fallback=dict(fallback), estimator=estimator, candidates=candidates, references=references,
+                        abstain_on=abstain_on)
 
 
 def declare_shipped(modality_of: dict[str, str]) -> None:

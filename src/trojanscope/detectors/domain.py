@@ -46,15 +46,40 @@ def summarize(domains: Iterable[dict[str, Any]]) -> dict[str, list]:
 
 # Differences that change what the features mean, not only their scale: per-direction statistics over another
 # number of classes, summary vectors of another encoder or pooling rule, another modality. A model outside the fit
-# on one of these is answered 0.5 (abstention by design); other differences (a head shape the fit never saw) warn.
+# on one of these is answered 0.5 (abstention by design); other differences (a head shape the fit never saw) warn,
+# unless a detector's declaration adds them to its own list (``abstain_on`` in detectors.toml: ``default`` adds
+# "factors", a width, depth or direction of its architecture that no fit model had).
 ABSTAIN_ON = ("modality", "n_classes", "input")
 _WORDS = {"modality": "modality", "n_classes": "classes", "architecture": "architecture", "shape": "head shape",
           "input": "input"}
+FACTORS = "factors"  # a pseudo-key: the head factors (modality's ``domain_factors``) of the shapes, one by one
+KEYS = (*_WORDS, FACTORS)  # what a declaration's abstain_on may name
+WORDS = {**_WORDS, FACTORS: "head factors"}
+
+
+def shape_factors(modality: str | None, shape: str | None) -> list[str] | None:
+    """The factors of one head shape signature (text: its architecture with each of width, depth and direction,
+    ``GruLinear hidden 256``), from the modality's optional ``domain_factors``; None where it has none."""
+    from trojanscope.detectors.modalities import optional_hook
+
+    split = optional_hook(modality, "domain_factors") if modality and shape else None
+    return None if split is None else list(split(shape))
+
+
+def _unseen_factors(fitted: dict[str, Any], here: dict[str, Any]) -> list[str]:
+    """The factors of ``here``'s shape that no shape of the fit had (its shapes read by ``here``'s modality, whose
+    signature format they share when the modality is the same; another modality differs on "modality" anyway)."""
+    mine = shape_factors(here.get("modality"), here.get("shape"))
+    if not mine or not fitted.get("shape"):
+        return []
+    seen = {f for s in fitted["shape"] for f in (shape_factors(here["modality"], s) or [])}
+    return [f for f in mine if f not in seen]
 
 
 def differences(fitted: dict[str, Any] | None, here: dict[str, Any] | None) -> list[tuple[str, str]]:
     """``(key, line)`` per way the model with domain ``here`` differs from the fit domain ``fitted`` ([] when
-    inside it, or when either is unknown)."""
+    inside it, or when either is unknown). A shape the fit never saw also gives a ``factors`` line when one of
+    its factors (a width, depth or direction of its architecture) is new too, not only their combination."""
     if not fitted or not here:
         return []
     out = []
@@ -62,12 +87,18 @@ def differences(fitted: dict[str, Any] | None, here: dict[str, Any] | None) -> l
         seen = fitted.get(key)  # a key the file lacks (fitted before it was recorded) never warns
         if seen and here.get(key) is not None and here[key] not in seen:
             out.append((key, f"{word} {here[key]} not in the fit ({', '.join(map(str, seen))})"))
+    if any(key == "shape" for key, _ in out):
+        new = _unseen_factors(fitted, here)
+        if new:
+            out.append((FACTORS, f"head factor{'s' if len(new) > 1 else ''} {', '.join(new)} in no shape of the fit"))
     return out
 
 
-def abstains(fitted: dict[str, Any] | None, here: dict[str, Any] | None) -> bool:
-    """Whether a model with domain ``here`` differs from the fit on a key of :data:`ABSTAIN_ON`."""
-    return any(key in ABSTAIN_ON for key, _ in differences(fitted, here))
+def abstains(fitted: dict[str, Any] | None, here: dict[str, Any] | None,
+             keys: tuple[str, ...] | None = None) -> bool:
+    """Whether a model with domain ``here`` differs from the fit on a key of ``keys`` (default :data:`ABSTAIN_ON`)."""
+    keys = ABSTAIN_ON if keys is None else keys
+    return any(key in keys for key, _ in differences(fitted, here))
 
 
 def safe_domain(inputs: ModelInputs) -> dict[str, Any] | None:

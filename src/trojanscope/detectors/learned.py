@@ -156,7 +156,7 @@ class MetaDetector(Detector):
     def __init__(self, *, families: Sequence[str], name: str = "meta", fallback: dict[str, str] | None = None,
                  family_params: dict[str, dict] | None = None, workers: int = 1, seed: int = 0,
                  executor: str = "local", candidates: Sequence[Sequence[str]] | None = None,
-                 references: Sequence[str] | None = None) -> None:
+                 references: Sequence[str] | None = None, abstain_on: Sequence[str] | None = None) -> None:
         self.families = families
         # family subsets the fit chooses from by cross-validated CE (None: all the families, no choice)
         self.candidates = candidates
@@ -170,6 +170,9 @@ class MetaDetector(Detector):
         self.workers = workers
         self.seed = seed
         self.executor = executor  # where fit computes the training models' features: local processes or ray
+        # the fit-domain differences answered 0.5 (detectors/domain.py; None: domain.ABSTAIN_ON, i.e. classes,
+        # input and modality; `default` adds "factors": a head width, depth or direction no fit model had)
+        self.abstain_on = abstain_on
 
     @property
     def needs(self) -> frozenset[str]:  # type: ignore[override]
@@ -303,9 +306,13 @@ class MetaDetector(Detector):
         pooled = clf.unreferenced(shape[0] if shape else None)
         if pooled is not None:
             notes.append(pooled)
-        if any(key in domain.ABSTAIN_ON for key, _ in diffs):  # the features mean something else: no evidence
+        keys = self._abstain_keys()
+        outside = [key for key, _ in diffs if key in keys]
+        if outside:  # the features mean something else (or, measured, read wrongly): no evidence
             p = 0.5
-            notes.append("answered 0.5: outside the fit's classes, input or modality the features mean something else")
+            why = ("the features mean something else" if set(outside) & set(domain.ABSTAIN_ON) else
+                   "features of heads unlike every fit model's were measured to read wrongly (docs/detectors.md)")
+            notes.append(f"answered 0.5: outside the fit's {', '.join(domain.WORDS[k] for k in outside)}; {why}")
         far = clf.outside(vec, shapes=shape)
         if far is not None:
             notes.append(far)
@@ -319,7 +326,8 @@ class MetaDetector(Detector):
     def score_features(self, rows: Sequence[dict[str, float]],
                        domains: Sequence[dict[str, Any] | None] | None = None) -> np.ndarray:
         """P(trojaned) for precomputed feature dicts; with each model's ``domains`` (:func:`domain.model_domain`),
-        0.5 for a model outside the fit's classes, input or modality, as :meth:`score` answers."""
+        0.5 for a model outside the fit on a key of ``abstain_on`` (classes, input, modality, ...), as :meth:`score`
+        answers."""
         clf = self._check_fitted()
         shapes = reference_keys(domains, clf.reference)
         p = clf.predict_proba(np.stack([clf.vector(r) for r in rows]), shapes)
@@ -327,8 +335,13 @@ class MetaDetector(Detector):
             from trojanscope.detectors import domain
 
             fitted = getattr(self, "trained_on_", {}).get("domain")
-            p = np.where([domain.abstains(fitted, d) for d in domains], 0.5, p)
+            p = np.where([domain.abstains(fitted, d, self._abstain_keys()) for d in domains], 0.5, p)
         return p
+
+    def _abstain_keys(self) -> tuple[str, ...]:
+        from trojanscope.detectors import domain
+
+        return domain.ABSTAIN_ON if self.abstain_on is None else tuple(self.abstain_on)
 
     def save(self, path: Path | str, **provenance: Any) -> None:
         """Write the parameters as JSON (never a pickle); ``provenance`` is stored alongside."""

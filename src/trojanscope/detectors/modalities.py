@@ -34,6 +34,12 @@ class DetectorModality(Protocol):
         domain; None where the shape signature already says it. Optional: a facet without it records none."""
         ...
 
+    def domain_factors(self, shape: str) -> list[str]:
+        """A shape signature's factors (text: ``GruLinear hidden 256``, ``GruLinear layers 2``, ...), so a fit can
+        tell a new combination of widths and depths it saw from a width or depth it never saw. Optional: without
+        it, shapes are compared whole."""
+        ...
+
     def explain(self, inputs: ModelInputs, probability: float | None = None, *, top_k: int = 5,
                 detector: str | None = None) -> Any:
         """What the trojan is (:class:`trojanscope.detectors.explain.Explanation`). Optional: without it,
@@ -52,5 +58,5 @@ def detector_modality(inputs: ModelInputs) -> DetectorModality:
 
 def optional_hook(modality: str, name: str) -> Any:
     """The optional method ``name`` of a modality's facet (``explain``, ``picture``, ``held_out_attack_success``,
-    ``planted_mask_iou``), or None where the modality is not registered or does not provide it."""
+    ``planted_mask_iou``, ``domain_factors``), or None where the modality is not registered or does not provide it."""
     return getattr(DETECTOR_MODALITIES.get(modality), name, None) if modality in DETECTOR_MODALITIES else None

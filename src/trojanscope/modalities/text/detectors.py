@@ -38,6 +38,15 @@ class TextDetectors:
         direction = "bidirectional" if info.get("bidirectional") else "unidirectional"
         return f"{arch} hidden {info['hidden_size']} layers {info['n_layers']} {direction}"
 
+    def domain_factors(self, shape: str) -> list[str]:
+        """A shape signature of :meth:`domain_shape` as its factors, each with its architecture: ``GruLinear hidden
+        256``, ``GruLinear layers 2``, ``GruLinear bidirectional`` ([] for a string of another form)."""
+        tokens = shape.split()
+        if len(tokens) != 6 or tokens[1] != "hidden" or tokens[3] != "layers":
+            return [shape] if len(tokens) == 1 else []  # a shapeless head ("Linear") is its own factor
+        arch = tokens[0]
+        return [f"{arch} hidden {tokens[2]}", f"{arch} layers {tokens[4]}", f"{arch} {tokens[5]}"]
+
     def domain_input(self, inputs: ModelInputs) -> str | None:
         # the same vector the features read: an encoder's [CLS] token and its mean-pooled tokens differ in scale
         config = inputs.encoder_config()
