@@ -53,8 +53,8 @@ ABSTAIN_ON = ("modality", "n_classes", "input")
 _WORDS = {"modality": "modality", "n_classes": "classes", "architecture": "architecture", "shape": "head shape",
           "input": "input"}
 FACTORS = "factors"  # a pseudo-key: the head factors (modality's ``domain_factors``) of the shapes, one by one
-KEYS = (*_WORDS, FACTORS)  # what a declaration's abstain_on may name
 WORDS = {**_WORDS, FACTORS: "head factors"}
+KEYS = tuple(WORDS)  # what a declaration's abstain_on may name
 
 
 def shape_factors(modality: str | None, shape: str | None) -> list[str] | None:
