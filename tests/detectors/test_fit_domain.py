@@ -107,6 +107,8 @@ def test_detectors_listing_keeps_each_fit_domain_line_readable():
     assert block[1:] and all(len(line) <= 110 for line in block[1:]), block
     assert "  GruLinear hidden 256/512 layers 2 bidirectional/unidirectional, 4 bidirectional" in out
     assert any(line.strip().startswith("calibrated on stratified folds") for line in block), block  # as shipped
+    assert any(line.strip() == "answers 0.5 outside the fit's modality, classes, input, head factors; warns on other "
+               "differences" for line in block), block  # default's declared abstain_on
 
 
 def test_contract_warns_in_one_line_per_difference_and_abstains_on_classes(weights_params, mixed_zoo, tmp_path, capsys):
@@ -275,3 +277,22 @@ def test_contract_abstains_on_a_new_width_where_the_detector_declares_it(weights
         undeclare("weights-careful")
     err = capsys.readouterr().err
     assert p == 0.5 and "out of fit: answered 0.5: outside the fit's head factors" in err, err
+
+
+def test_an_abstention_computes_no_features_and_an_answer_inside_the_fit_does(weights_params, mixed_zoo,
+                                                                                monkeypatch):
+    """A model the declaration abstains on is answered before any feature runs (instant, however large its head);
+    one inside the fit still reads its features."""
+    from trojanscope.detectors import learned
+    from trojanscope.detectors.learned import inputs_for_model_dir
+
+    det = load_detector("weights", str(weights_params))
+    calls = []
+    real = learned.compute_features
+    monkeypatch.setattr(learned, "compute_features", lambda *a, **k: calls.append(1) or real(*a, **k))
+    odd = inputs_for_model_dir(mixed_zoo / "models" / "id-00000099")  # 3 classes: outside on n_classes
+    answer = det.score(odd)
+    assert answer.probability == 0.5 and answer.features == {} and not calls
+    assert any("answered 0.5: outside the fit's classes" in w for w in answer.warnings), answer.warnings
+    inside = det.score(inputs_for_model_dir(list_model_dirs(mixed_zoo)[0]))
+    assert calls == [1] and inside.features and not any("answered 0.5" in w for w in inside.warnings)

@@ -211,17 +211,23 @@ def detectors() -> None:
             novelty = ("warns on features further out than any training model's" if bound is not None else
                        "no feature-novelty bound (fitted before it; refit with `detect fit` to get one)")
             first, *shapes = domain.describe(fitted.get("domain"))
+            preset = fitted.get("preset") or ""
             typer.echo(f"{'':<{width}} shipped parameters fitted on {fitted.get('n_models', '?')} "
-                       f"{fitted.get('preset', '')} models")
+                       f"{preset + ' ' if preset else ''}models")
             typer.echo(f"{'':<{width}} fit domain: {first}")
             for line in shapes:
                 typer.echo(f"{'':<{width}}   {line}")
             typer.echo(f"{'':<{width}} {novelty}")
+            keys = shipped._abstain_keys() if hasattr(shipped, "_abstain_keys") else ()
+            if keys:
+                typer.echo(f"{'':<{width}} answers 0.5 outside the fit's {', '.join(domain.WORDS[k] for k in keys)};"
+                           " warns on other differences")
             clf = getattr(shipped, "classifier_", None)
             if clf is not None:
                 calibrated = (f"calibrated leaving one of {clf.n_groups} generators out; abstains beyond its reach"
                               if clf.calibration == "groups" else
-                              "calibrated on stratified folds; no abstention (refit over 3+ generators for it)")
+                              "calibrated on stratified folds; no abstention by reach "
+                              "(refit over 3+ generators for it)")
                 typer.echo(f"{'':<{width}} {calibrated}")
 
 

@@ -296,11 +296,8 @@ class MetaDetector(Detector):
         self._check_modality(inputs)
         from trojanscope.detectors import domain
 
-        feats = compute_features(inputs, _families(self.used_families, self.family_params_))
-        vec = clf.vector(feats)[None, :]
         fitted, here = getattr(self, "trained_on_", {}).get("domain"), domain.safe_domain(inputs)
         shape = reference_keys([here], clf.reference)
-        p = float(clf.predict_proba(vec, shape)[0])
         diffs = domain.differences(fitted, here)
         notes = [line for _, line in diffs]
         pooled = clf.unreferenced(shape[0] if shape else None)
@@ -308,11 +305,14 @@ class MetaDetector(Detector):
             notes.append(pooled)
         keys = self._abstain_keys()
         outside = [key for key, _ in diffs if key in keys]
-        if outside:  # the features mean something else (or, measured, read wrongly): no evidence
-            p = 0.5
+        if outside:  # the features mean something else (or, measured, read wrongly): no evidence, so none is computed
             why = ("the features mean something else" if set(outside) & set(domain.ABSTAIN_ON) else
                    "features of heads unlike every fit model's were measured to read wrongly (docs/detectors.md)")
             notes.append(f"answered 0.5: outside the fit's {', '.join(domain.WORDS[k] for k in outside)}; {why}")
+            return Detection(probability=0.5, features={}, warnings=[f"out of fit: {n}" for n in notes])
+        feats = compute_features(inputs, _families(self.used_families, self.family_params_))
+        vec = clf.vector(feats)[None, :]
+        p = float(clf.predict_proba(vec, shape)[0])
         far = clf.outside(vec, shapes=shape)
         if far is not None:
             notes.append(far)
