@@ -204,7 +204,9 @@ def test_hostile_submissions_get_nothing(client, setup_round, settings, zoos, li
                                          tmp_path) -> None:
     monkeypatch.setenv("TROJANSCOPE_ADMIN_TOKEN", ADMIN)  # as if the worker's own environment held it
     marker = f"hostile-{uuid.uuid4().hex}"
-    tokens = setup_round(tuple(ATTACKS), smoke_models=1, model_time_limit_s=6)
+    # 15 s: the `files` attack walks the whole visible tree (the runtime's site-packages too), which took over 6 s
+    # once with the cores shared; the timeouts of `forkbomb` and `forever` wait the same limit
+    tokens = setup_round(tuple(ATTACKS), smoke_models=1, model_time_limit_s=15)
     victim = upload(client, tokens["environ"], submission_bytes("constant")).json()["id"]
     victim_files = settings.data_dir / "submissions" / str(victim) / "files"
     host_paths = [str(settings.data_dir), str(victim_files / "detector.py"), str(zoos["test"]),
