@@ -211,3 +211,67 @@ def test_stimulation_reads_a_channel_that_carries_a_label():
     assert feats["d0_x1_top"] == 1.0  # raising channel 3 sends every class-0/1 image to class 2
     assert set(feats) == {f"d{d}_x1_{k}" for d in (0, 1) for k in ("top", "second", "count")}
     assert all(np.isfinite(v) for v in feats.values())
+
+
+class _Skip(nn.Module):
+    """A skip connection across relu1: its input is reused after it, so a widened batch cannot pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.relu1, self.linear = nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Linear(4, C)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv1(x)
+        return self.linear((self.relu1(h) + h).mean(dim=(2, 3)))
+
+
+class _Branch(_Skip):
+    """Control flow on the data: torch.fx cannot trace it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.relu1(self.conv1(x))
+        return self.linear((h if float(x.sum()) > 0 else -h).mean(dim=(2, 3)))
+
+
+def _stamped(model, module, x, n_ch, value):
+    """The definition: every channel copy of the batch through the whole network."""
+    n = len(x)
+
+    def stamp(_m, _i, output):
+        output = output.clone()
+        for c in range(n_ch):
+            output[c * n : (c + 1) * n, c] = value
+        return output
+
+    h = module.register_forward_hook(stamp)
+    try:
+        with torch.inference_mode():
+            return model(x.repeat(n_ch, 1, 1, 1)).argmax(1)
+    finally:
+        h.remove()
+
+
+@pytest.mark.parametrize("make", ["net", "skip", "branch", "ConvNet", "ResNetTiny"])
+def test_stimulation_runs_the_layers_before_the_raised_one_once_with_the_same_answers(make):
+    from trojanscope.modalities.image.architectures import ConvNetModel, ResNetTinyModel
+    from trojanscope.modalities.image.features.stimulation import raised_predictions
+
+    torch.manual_seed(1)
+    nets = {"net": lambda: _Net(shared_relu=False), "skip": _Skip, "branch": _Branch,
+            "ConvNet": lambda: ConvNetModel(input_size=S, width=4, output_size=C, dropout=0.0, n_stages=2),
+            "ResNetTiny": lambda: ResNetTinyModel(input_size=S, width=4, output_size=C, dropout=0.0, n_stages=2)}
+    net = nets[make]().eval()
+    x = torch.from_numpy(_images()[0].astype(np.float32))
+    calls = []
+    first = next(m for m in net.modules() if isinstance(m, nn.Conv2d))
+    first.register_forward_hook(lambda _m, i, _o: calls.append(len(i[0])))
+    widened = []
+    for module in relu_layers(net, x[:1]):
+        calls.clear()
+        got = raised_predictions(net, module, x, 4, 3.0)
+        assert set(calls) in ({len(x)}, {4 * len(x)}), calls  # the images once, or (the fallback) repeated
+        widened.append(calls == [len(x)])
+        assert torch.equal(got, _stamped(net, module, x, 4, 3.0))
+    # a skip across the raised layer reads the repeated input; a net that does not trace takes the repeated batch
+    assert widened == {"net": [True, True], "skip": [True], "branch": [False], "ConvNet": [True, True],
+                       "ResNetTiny": [True] * 5}[make], widened

@@ -116,7 +116,7 @@ def square_responses(ctx, centres: np.ndarray, side: int,
     c = ctx.n_classes
     side = min(side, ctx.x.shape[-1])
     batch = np.concatenate([stamp_squares(ctx.x, centres, side, col) for col in colours])
-    logits = ctx.logits(batch, batch=512).reshape(len(colours), len(ctx.x), -1).astype(np.float64)
+    logits = ctx.logits(batch).reshape(len(colours), len(ctx.x), -1).astype(np.float64)
     pred, prob = logits.argmax(-1), softmax(logits, axis=-1)
     rates, probs = np.zeros((c, c, len(colours))), np.zeros((c, c, len(colours)))
     for s in range(c):

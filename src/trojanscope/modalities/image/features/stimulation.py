@@ -57,6 +57,117 @@ def relu_layers(model, x) -> list:
     return called_once(model, x, [m for m in model.modules() if isinstance(m, nn.ReLU)], lambda out: out.dim() == 4)
 
 
+def raised_predictions(model, module, x, n_ch: int, value: float):
+    """[n_ch * len(x)] labels: for each channel c < ``n_ch`` of ``module``'s output, the images ``x`` with that
+    channel set to ``value`` everywhere (copy c of the batch, in order).
+
+    The answers are those of stamping ``x.repeat(n_ch)`` through the whole network (the definition, and the
+    fallback), computed more cheaply: the layers before ``module`` see the images once and only the rest of the
+    network runs ``n_ch`` times. The network is traced (``torch.fx``) and run node by node; ``module``'s output is
+    widened to the ``n_ch`` raised copies, and a value from before it that a later node reads beside a widened one
+    (a skip connection across ``module``) is repeated there, which is what the repeated batch would have held. A
+    network that does not trace, or a batch of one (which would broadcast), takes the repeated batch."""
+    import torch
+
+    n = len(x)
+    if n >= 2:
+        try:
+            logits = _Widened(model, module, n, n_ch, value).run(x)
+        except Exception:  # noqa: BLE001 - not traceable, or an op the widening cannot follow: the definition
+            logits = None
+        if logits is not None and tuple(logits.shape[:1]) == (n_ch * n,):
+            return logits.argmax(1)
+
+    def stamp(_m, _i, output):
+        output = output.clone()
+        for c in range(n_ch):
+            output[c * n : (c + 1) * n, c] = value
+        return output
+
+    h = module.register_forward_hook(stamp)
+    try:
+        with torch.inference_mode():
+            return model(x.repeat(n_ch, 1, 1, 1)).argmax(1)
+    finally:
+        h.remove()
+
+
+_TRACED: dict[int, object] = {}  # id(model) -> (model, its traced GraphModule), so a model is traced once
+
+
+def _traced(model):
+    import torch.fx
+
+    hit = _TRACED.get(id(model))
+    if hit is None or hit[0] is not model:
+        _TRACED.clear()  # one model at a time: a detector reads one model, then the next
+        hit = _TRACED[id(model)] = (model, torch.fx.symbolic_trace(model))
+    return hit[1]
+
+
+class _Widened:
+    """Runs a traced model on ``n`` images, widening ``module``'s output to ``n_ch`` raised copies."""
+
+    def __init__(self, model, module, n: int, n_ch: int, value: float) -> None:
+        import torch.fx
+
+        self.gm = _traced(model)
+        names = [name for name, m in model.named_modules() if m is module]
+        if not names:
+            raise ValueError("module is not part of the model")
+        self.target, self.n, self.n_ch, self.value = names[0], n, n_ch, value
+        self.interp = torch.fx.Interpreter(self.gm)
+
+    def run(self, x):
+        import torch
+        from torch.fx.node import map_arg
+
+        env: dict = {}
+        batched: set = set()  # nodes whose values carry the image batch (from the input, not from parameters)
+        wide: set = set()  # nodes whose values carry the n_ch copies
+        nodes = list(self.gm.graph.nodes)
+        last_use = {a: i for i, node in enumerate(nodes) for a in node.all_input_nodes}  # values freed after it
+        hits = 0
+        with torch.inference_mode():
+            for i, node in enumerate(nodes):
+                if node.op == "placeholder":  # the images (the models here take one input)
+                    env[node] = x
+                    batched.add(node)
+                    continue
+                if node.op == "output":
+                    return map_arg(node.args[0], lambda a: env[a])
+                inputs = node.all_input_nodes
+                widen_here = any(a in wide for a in inputs)
+
+                def fetch(a, widen_here=widen_here):
+                    value = env[a]
+                    if widen_here and a in batched and a not in wide:  # read beside the copies: repeat it as they
+                        if not isinstance(value, torch.Tensor):  # a batch size or shape: no longer the copies'
+                            raise ValueError(f"{a.name} describes the narrow batch")
+                        return value.repeat(self.n_ch, *([1] * (value.dim() - 1)))
+                    return value
+
+                args, kwargs = map_arg(node.args, fetch), map_arg(node.kwargs, fetch)
+                result = getattr(self.interp, node.op)(node.target, args, kwargs)
+                if any(a in batched for a in inputs):
+                    batched.add(node)
+                if widen_here:
+                    wide.add(node)
+                if node.op == "call_module" and node.target == self.target:
+                    hits += 1
+                    if not isinstance(result, torch.Tensor) or result.dim() < 2 or result.shape[0] != self.n:
+                        raise ValueError("the raised module's output is not one map per image")
+                    result = result.repeat(self.n_ch, *([1] * (result.dim() - 1)))
+                    for c in range(self.n_ch):
+                        result[c * self.n : (c + 1) * self.n, c] = self.value
+                    wide.add(node)
+                env[node] = result
+                for a in inputs:
+                    if last_use[a] == i:
+                        del env[a]
+        raise ValueError(f"traced graph has no output ({hits} calls of the raised module)")
+
+
 class NeuronStimulation(FeatureFamily):
     name = "stimulation"
     description = "ABS-style: raise one channel of a late ReLU layer; how many images of other classes follow it."
@@ -75,26 +186,12 @@ class NeuronStimulation(FeatureFamily):
         """[levels, channels]: with one channel raised, the share of images not of the majority label that go
         to it (the majority over all images, so a channel that moves nothing scores 0). ``top`` is the layer's
         largest activation on the clean ``x``, ``channels`` its channel count."""
-        import torch
 
         n_ch = min(channels, self.max_channels)
         n = len(x)
         out = np.zeros((len(self.levels), n_ch))
         for li, level in enumerate(self.levels):
-            value = level * max(top, 1e-6)
-
-            def raise_channel(_m, _i, output, value=value):
-                output = output.clone()
-                for c in range(n_ch):
-                    output[c * n : (c + 1) * n, c] = value
-                return output
-
-            h = module.register_forward_hook(raise_channel)
-            try:
-                with torch.inference_mode():
-                    pred = ctx.model(x.repeat(n_ch, 1, 1, 1)).argmax(1).view(n_ch, n).numpy()
-            finally:
-                h.remove()
+            pred = raised_predictions(ctx.model, module, x, n_ch, level * max(top, 1e-6)).view(n_ch, n).numpy()
             for c in range(n_ch):
                 label = np.bincount(pred[c], minlength=ctx.n_classes).argmax()
                 others = y != label
