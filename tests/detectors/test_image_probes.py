@@ -233,28 +233,10 @@ class _Branch(_Skip):
         return self.linear((h if float(x.sum()) > 0 else -h).mean(dim=(2, 3)))
 
 
-def _stamped(model, module, x, n_ch, value):
-    """The definition: every channel copy of the batch through the whole network."""
-    n = len(x)
-
-    def stamp(_m, _i, output):
-        output = output.clone()
-        for c in range(n_ch):
-            output[c * n : (c + 1) * n, c] = value
-        return output
-
-    h = module.register_forward_hook(stamp)
-    try:
-        with torch.inference_mode():
-            return model(x.repeat(n_ch, 1, 1, 1)).argmax(1)
-    finally:
-        h.remove()
-
-
 @pytest.mark.parametrize("make", ["net", "skip", "branch", "ConvNet", "ResNetTiny"])
 def test_stimulation_runs_the_layers_before_the_raised_one_once_with_the_same_answers(make):
     from trojanscope.modalities.image.architectures import ConvNetModel, ResNetTinyModel
-    from trojanscope.modalities.image.features.stimulation import raised_predictions
+    from trojanscope.modalities.image.features.stimulation import raised_predictions, stamped_predictions
 
     torch.manual_seed(1)
     nets = {"net": lambda: _Net(shared_relu=False), "skip": _Skip, "branch": _Branch,
@@ -271,7 +253,7 @@ def test_stimulation_runs_the_layers_before_the_raised_one_once_with_the_same_an
         got = raised_predictions(net, module, x, 4, 3.0)
         assert set(calls) in ({len(x)}, {4 * len(x)}), calls  # the images once, or (the fallback) repeated
         widened.append(calls == [len(x)])
-        assert torch.equal(got, _stamped(net, module, x, 4, 3.0))
+        assert torch.equal(got, stamped_predictions(net, module, x, 4, 3.0))  # the definition
     # a skip across the raised layer reads the repeated input; a net that does not trace takes the repeated batch
     assert widened == {"net": [True, True], "skip": [True], "branch": [False], "ConvNet": [True, True],
                        "ResNetTiny": [True] * 5}[make], widened

@@ -67,7 +67,6 @@ def raised_predictions(model, module, x, n_ch: int, value: float):
     widened to the ``n_ch`` raised copies, and a value from before it that a later node reads beside a widened one
     (a skip connection across ``module``) is repeated there, which is what the repeated batch would have held. A
     network that does not trace, or a batch of one (which would broadcast), takes the repeated batch."""
-    import torch
 
     n = len(x)
     if n >= 2:
@@ -77,6 +76,15 @@ def raised_predictions(model, module, x, n_ch: int, value: float):
             logits = None
         if logits is not None and tuple(logits.shape[:1]) == (n_ch * n,):
             return logits.argmax(1)
+
+    return stamped_predictions(model, module, x, n_ch, value)
+
+
+def stamped_predictions(model, module, x, n_ch: int, value: float):
+    """:func:`raised_predictions` by its definition: every raised copy of the batch through the whole network."""
+    import torch
+
+    n = len(x)
 
     def stamp(_m, _i, output):
         output = output.clone()
