@@ -218,7 +218,7 @@ def detectors() -> None:
             for line in shapes:
                 typer.echo(f"{'':<{width}}   {line}")
             typer.echo(f"{'':<{width}} {novelty}")
-            keys = shipped._abstain_keys() if hasattr(shipped, "_abstain_keys") else ()
+            keys = shipped.abstain_keys() if hasattr(shipped, "abstain_keys") else ()
             if keys:
                 typer.echo(f"{'':<{width}} answers 0.5 outside the fit's {', '.join(domain.WORDS[k] for k in keys)};"
                            " warns on other differences")

@@ -303,7 +303,7 @@ class MetaDetector(Detector):
         pooled = clf.unreferenced(shape[0] if shape else None)
         if pooled is not None:
             notes.append(pooled)
-        keys = self._abstain_keys()
+        keys = self.abstain_keys()
         outside = [key for key, _ in diffs if key in keys]
         if outside:  # the features mean something else (or, measured, read wrongly): no evidence, so none is computed
             why = ("the features mean something else" if set(outside) & set(domain.ABSTAIN_ON) else
@@ -335,10 +335,11 @@ class MetaDetector(Detector):
             from trojanscope.detectors import domain
 
             fitted = getattr(self, "trained_on_", {}).get("domain")
-            p = np.where([domain.abstains(fitted, d, self._abstain_keys()) for d in domains], 0.5, p)
+            p = np.where([domain.abstains(fitted, d, self.abstain_keys()) for d in domains], 0.5, p)
         return p
 
-    def _abstain_keys(self) -> tuple[str, ...]:
+    def abstain_keys(self) -> tuple[str, ...]:
+        """The fit-domain differences this detector answers 0.5 (its declared ``abstain_on``, else the default)."""
         from trojanscope.detectors import domain
 
         return domain.ABSTAIN_ON if self.abstain_on is None else tuple(self.abstain_on)

@@ -67,7 +67,6 @@ def raised_predictions(model, module, x, n_ch: int, value: float):
     widened to the ``n_ch`` raised copies, and a value from before it that a later node reads beside a widened one
     (a skip connection across ``module``) is repeated there, which is what the repeated batch would have held. A
     network that does not trace, or a batch of one (which would broadcast), takes the repeated batch."""
-
     n = len(x)
     if n >= 2:
         try:
@@ -76,7 +75,6 @@ def raised_predictions(model, module, x, n_ch: int, value: float):
             logits = None
         if logits is not None and tuple(logits.shape[:1]) == (n_ch * n,):
             return logits.argmax(1)
-
     return stamped_predictions(model, module, x, n_ch, value)
 
 
@@ -87,10 +85,7 @@ def stamped_predictions(model, module, x, n_ch: int, value: float):
     n = len(x)
 
     def stamp(_m, _i, output):
-        output = output.clone()
-        for c in range(n_ch):
-            output[c * n : (c + 1) * n, c] = value
-        return output
+        return _raise_each(output.clone(), n, n_ch, value)
 
     h = module.register_forward_hook(stamp)
     try:
@@ -100,17 +95,11 @@ def stamped_predictions(model, module, x, n_ch: int, value: float):
         h.remove()
 
 
-_TRACED: dict[int, object] = {}  # id(model) -> (model, its traced GraphModule), so a model is traced once
-
-
-def _traced(model):
-    import torch.fx
-
-    hit = _TRACED.get(id(model))
-    if hit is None or hit[0] is not model:
-        _TRACED.clear()  # one model at a time: a detector reads one model, then the next
-        hit = _TRACED[id(model)] = (model, torch.fx.symbolic_trace(model))
-    return hit[1]
+def _raise_each(copies, n: int, n_ch: int, value: float):
+    """``copies`` (``n_ch`` copies of an ``n``-image batch of maps) with channel c set to ``value`` in copy c."""
+    for c in range(n_ch):
+        copies[c * n : (c + 1) * n, c] = value
+    return copies
 
 
 class _Widened:
@@ -119,7 +108,7 @@ class _Widened:
     def __init__(self, model, module, n: int, n_ch: int, value: float) -> None:
         import torch.fx
 
-        self.gm = _traced(model)
+        self.gm = torch.fx.symbolic_trace(model)  # ~10 ms for round1's nets: traced per call, nothing kept
         names = [name for name, m in model.named_modules() if m is module]
         if not names:
             raise ValueError("module is not part of the model")
@@ -135,7 +124,6 @@ class _Widened:
         wide: set = set()  # nodes whose values carry the n_ch copies
         nodes = list(self.gm.graph.nodes)
         last_use = {a: i for i, node in enumerate(nodes) for a in node.all_input_nodes}  # values freed after it
-        hits = 0
         with torch.inference_mode():
             for i, node in enumerate(nodes):
                 if node.op == "placeholder":  # the images (the models here take one input)
@@ -162,18 +150,16 @@ class _Widened:
                 if widen_here:
                     wide.add(node)
                 if node.op == "call_module" and node.target == self.target:
-                    hits += 1
                     if not isinstance(result, torch.Tensor) or result.dim() < 2 or result.shape[0] != self.n:
                         raise ValueError("the raised module's output is not one map per image")
-                    result = result.repeat(self.n_ch, *([1] * (result.dim() - 1)))
-                    for c in range(self.n_ch):
-                        result[c * self.n : (c + 1) * self.n, c] = self.value
+                    result = _raise_each(result.repeat(self.n_ch, *([1] * (result.dim() - 1))), self.n, self.n_ch,
+                                         self.value)
                     wide.add(node)
                 env[node] = result
                 for a in inputs:
                     if last_use[a] == i:
                         del env[a]
-        raise ValueError(f"traced graph has no output ({hits} calls of the raised module)")
+        raise ValueError("traced graph has no output")
 
 
 class NeuronStimulation(FeatureFamily):
