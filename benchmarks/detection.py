@@ -51,11 +51,12 @@ FAMILIES = _text_families()
 DETECTORS = (*FAMILIES, "default")
 
 
-def _family_digest(family: str) -> str:
-    """A hash of the code one family's features depend on (its module, the shared context, the scan's
-    candidate lists, the sibling feature modules it imports), so changing or adding one family recomputes only
-    the families that read the changed code.
-    The registry module is left out: registering a new family changes no other family's numbers."""
+def family_files(family: str) -> list[Path]:
+    """The code one family's features depend on: its own modality's context (every family reads the model
+    through it), its module, and every feature or context module of the modalities package that module imports,
+    followed transitively (soft-scan reads scan's table and scan the candidate lists; weight-ratios reads
+    spectrum's input matrix). Another modality's code is not in it, so tuning image code leaves text rows
+    current. The registry module is left out: registering a new family changes no other family's numbers."""
     import inspect
 
     import trojanscope.modalities as pkg
@@ -63,13 +64,23 @@ def _family_digest(family: str) -> str:
 
     root = Path(pkg.__file__).parent
     own = Path(inspect.getfile(FEATURES.get(family)))
-    # sibling feature modules it imports (soft-scan reads scan's table, weight-ratios spectrum's input matrix)
-    pattern = r"^\s*from trojanscope\.modalities\.(\w+)\.features\.(\w+) import"
-    siblings = sorted(set(re.findall(pattern, own.read_text(), re.M)))
-    files = [root / "text" / "context.py", root / "image" / "context.py", root / "text" / "features" / "candidates.py",
-             own, *(root / m / "features" / f"{f}.py" for m, f in siblings)]
+    pattern = r"^\s*from trojanscope\.modalities\.(\w+)\.(context|features\.\w+) import"
+    found, todo = [], [own]
+    while todo:
+        f = todo.pop(0)
+        if f in found:
+            continue
+        found.append(f)
+        todo += [root / m / (mod.replace(".", "/") + ".py") for m, mod in re.findall(pattern, f.read_text(), re.M)]
+    context = root / own.relative_to(root).parts[0] / "context.py"
+    return [context, *(f for f in found if f != context)]
+
+
+def _family_digest(family: str) -> str:
+    """A hash of :func:`family_files`, so changing or adding one family recomputes only the families that read
+    the changed code."""
     h = hashlib.sha256()
-    for f in files:
+    for f in family_files(family):
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
 

@@ -127,3 +127,31 @@ def test_image_rows_end_to_end(tiny_image_zoo, tmp_path):
     _, _, got, labels, names, _ = rows.load_rows(path, quiet=True)
     assert names and len(got) == len(labels) == len(names)
     assert all(k.startswith("image-weights.") for k in got[0]) and len(got[0]) > 5
+
+
+def test_every_kept_rows_file_was_made_by_the_code_as_it_is():
+    """The rows in benchmarks/rows/ are what docs/detector-numbers.md's `transfer.py --rows` commands read: a
+    change to a family's code (or to what it imports) that leaves them stale must fail here, not sessions later
+    when the documented command silently drops the family. Fix: recompute the rows from the zoo (each file names
+    its command) or, where the family's code changed and its numbers did not, say why and re-stamp."""
+    stale = []
+    for path in sorted((Path(rows.__file__).parent / "rows").glob("*.json")):
+        doc = json.loads(path.read_text())
+        stale += [f"{path.name}: {fam}" for fam, info in doc["families"].items()
+                  if info["digest"] != rows._family_digest(fam)]
+    assert not stale, stale
+
+
+def test_a_familys_digest_reads_its_own_modality_and_what_it_imports():
+    """Image code is not in a text family's digest (tuning the image context once staled every kept text row),
+    and a module a family imports is, transitively (soft-scan -> scan -> the candidate lists)."""
+    from detection import family_files
+    from trojanscope.detectors.features import FEATURES
+
+    for name in FEATURES.names():
+        modality = FEATURES.get(name).modality
+        parts = [f.parent.name if f.name == "context.py" else f.parent.parent.name for f in family_files(name)]
+        assert set(parts) == {modality}, (name, parts)
+        assert family_files(name)[0].name == "context.py"
+    assert [f.name for f in family_files("soft-scan")][-1:] == ["candidates.py"]
+    assert "spectrum.py" in {f.name for f in family_files("weight-ratios")}
