@@ -133,7 +133,8 @@ def test_every_kept_rows_file_was_made_by_the_code_as_it_is():
     """The rows in benchmarks/rows/ are what docs/detector-numbers.md's `transfer.py --rows` commands read: a
     change to a family's code (or to what it imports) that leaves them stale must fail here, not sessions later
     when the documented command silently drops the family. Fix: recompute the rows from the zoo (each file names
-    its command) or, where the family's code changed and its numbers did not, say why and re-stamp."""
+    its command); only where the change is shown not to move the numbers (features equal to the bit on the
+    pinned models) may the files be re-stamped, said in the commit."""
     stale = []
     for path in sorted((Path(rows.__file__).parent / "rows").glob("*.json")):
         doc = json.loads(path.read_text())
