@@ -201,7 +201,7 @@ def test_migrations_build_the_models_schema_and_a_newer_db_is_refused(db_url: st
     engine = maker.kw["bind"]
     with engine.connect() as conn:
         ctx = MigrationContext.configure(conn)
-        assert ctx.get_current_revision() == "0002"
+        assert ctx.get_current_revision() == "0003"
         assert compare_metadata(ctx, Base.metadata) == []
     make_sessionmaker(db_url)  # idempotent
     with engine.begin() as conn:
@@ -213,21 +213,24 @@ def test_migrations_build_the_models_schema_and_a_newer_db_is_refused(db_url: st
 
 
 def test_a_database_made_before_alembic_is_stamped_and_kept(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from sqlalchemy import text
+    from alembic import command
+    from sqlalchemy import inspect, text
 
-    from trojanscope.leaderboard.db import Base, make_engine
+    from trojanscope.leaderboard.db import alembic_config, make_engine
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     engine = make_engine(url)
-    # what init_db did before its migrations were Alembic's: the tables of revision 0001
-    Base.metadata.create_all(engine, tables=[Base.metadata.tables[t] for t in
-                                             ("rounds", "teams", "submissions", "jobs", "model_results")])
+    # what init_db did before its migrations were Alembic's: the tables of revision 0001, unstamped
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0001")
+        conn.execute(text("DROP TABLE alembic_version"))
+    assert set(inspect(engine).get_table_names()) == {"rounds", "teams", "submissions", "jobs", "model_results"}
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO teams (name, token_hash, created_at) VALUES ('t', 'h', '2026-01-01')"))
     with make_sessionmaker(url)() as s:
         assert [t.name for t in s.scalars(select(Team))] == ["t"]
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
 
 
 def test_settings_from_env_and_bad_values() -> None:

@@ -25,6 +25,7 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    false,
     inspect,
 )
 from sqlalchemy.engine import Connection, Engine
@@ -64,6 +65,8 @@ class Round(Base):
     submission_time_limit_s: Mapped[float] = mapped_column(Float, default=36 * 3600.0)
     smoke_time_limit_s: Mapped[float] = mapped_column(Float, default=1800.0)
     status: Mapped[str] = mapped_column(String(16), default="pending")
+    # the explanation tracks (target class, trigger) are scored on the test and holdout splits
+    explanations: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     opened_at: Mapped[dt.datetime | None] = mapped_column(DateTime, nullable=True)
     closed_at: Mapped[dt.datetime | None] = mapped_column(DateTime, nullable=True)

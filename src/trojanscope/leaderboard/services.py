@@ -54,6 +54,7 @@ class RoundIn(BaseModel):
     submission_time_limit_s: float = Field(36 * 3600.0, gt=0, le=30 * 86400)
     smoke_time_limit_s: float = Field(1800.0, gt=0, le=7 * 86400)
     status: str = Field("open", pattern="^(pending|open)$")
+    explanations: bool = False  # score the explanation tracks (target class, trigger) on test and holdout
 
     @field_validator("train", "test", "holdout")
     @classmethod
@@ -124,7 +125,8 @@ def create_round(s: Session, data: RoundIn, *, commit: bool = True, reserved_by:
                 holdout_dir=str(data.holdout) if data.holdout else None, target_ce=data.target_ce,
                 smoke_models=data.smoke_models, model_time_limit_s=data.model_time_limit_s,
                 submission_time_limit_s=data.submission_time_limit_s, smoke_time_limit_s=data.smoke_time_limit_s,
-                status=data.status, opened_at=utcnow() if data.status == "open" else None)
+                status=data.status, opened_at=utcnow() if data.status == "open" else None,
+                explanations=data.explanations)
     s.add(rnd)
     if commit:
         s.commit()
@@ -173,7 +175,7 @@ def load_rounds_file(s: Session, path: Path) -> list[str]:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
     tables = data.get("round", [])
     if set(data) - {"round"} or not isinstance(tables, list):
-        raise ConfigError(f"{path}: expected only [[round]] tables (name, train, test, holdout, target_ce, ...)")
+        raise ConfigError(f"{path}: expected only [[round]] tables (name, train, test, holdout, target_ce, explanations, ...)")
     added = []
     base = Path(path).resolve().parent
     for i, table in enumerate(tables):
@@ -343,6 +345,9 @@ def viewer_owns(s: Session, sub: Submission, token: str | None) -> bool:
     return team is not None and team.id == sub.team_id
 
 
+TRACK_COLUMNS = ("target_accuracy", "source_accuracy", "trigger_recovery")
+
+
 def leaderboard(s: Session, rnd: Round, *, include_holdout: bool) -> list[dict[str, Any]]:
     """Each team's best (lowest test CE) scored submission, best first; holdout CE when asked for."""
     # Plain columns, not ORM objects: this runs for every page view of a round with many submissions.
@@ -365,6 +370,9 @@ def leaderboard(s: Session, rnd: Round, *, include_holdout: bool) -> list[dict[s
                              "cross_entropy_ci95": sc.get("cross_entropy_ci95"), "roc_auc": sc.get("roc_auc"),
                              "brier": sc.get("brier"), "n": sc.get("n"), "n_ok": sc.get("n_ok"),
                              "runtime_s": runtime_s, "submitted_at": created_at}
+            if rnd.explanations:  # the tracks, over every trojaned model of the split (no explanation: missed)
+                tracks = sc.get("explanations") or {}
+                best[team_id].update({k: tracks.get(k) for k in TRACK_COLUMNS})
     out = sorted(best.values(), key=lambda r: (r["cross_entropy"], r["submission_id"]))
     for rank, row in enumerate(out, 1):
         row["rank"] = rank
@@ -395,7 +403,7 @@ def round_view(s: Session, rnd: Round) -> dict[str, Any]:
             "smoke_models": rnd.smoke_models, "model_time_limit_s": rnd.model_time_limit_s,
             "submission_time_limit_s": rnd.submission_time_limit_s, "smoke_time_limit_s": rnd.smoke_time_limit_s,
             "opened_at": rnd.opened_at, "closed_at": rnd.closed_at, "has_holdout": rnd.holdout_dir is not None,
-            "submissions": counts}
+            "explanations": rnd.explanations, "submissions": counts}
 
 
 def lineage_view(s: Session, rnd: Round) -> list[dict[str, Any]]:

@@ -3,6 +3,8 @@
 * :func:`run_configure`: one jailed run of the submission in TrojAI's configure mode on the labelled train
   split; what it writes (regular files only, within the size limit) is kept per submission;
 * :func:`record_results`: the stage's per-model rows and scores into the database, and the next stage;
+* :func:`explanation_tracks`: where the round enables them, the explanation tracks of a test or holdout stage
+  (target class, source class, trigger), over every trojaned model of the split;
 * :func:`write_stage_report`: the harness report of a stage, with no server path in it (and no detector
   output in the public smoke report).
 
@@ -123,6 +125,11 @@ def record_results(worker: Worker, job_id: int, model_map: list[list[str]], sour
     scores = _json_number(dict(scores))
     scores["n_models"] = len(records)
     scores["n_ok"] = sum(r["status"] == "ok" for _, _, r, _ in records)
+    with worker.Session() as s:
+        job = s.get(Job, job_id)
+        tracks = job.stage in ("test", "holdout") and job.submission.round.explanations
+    if tracks:
+        scores["explanations"] = _json_number(explanation_tracks(job_dir, model_map, source))
     runtime = float(sum(r["seconds"] for _, _, r, _ in records))
     with worker.Session() as s:
         job = s.get(Job, job_id)
@@ -152,6 +159,58 @@ def record_results(worker: Worker, job_id: int, model_map: list[list[str]], sour
     if stage == "smoke":  # the smoke report is public: no detector output in it
         records = [(n, real, {**row, "reason": ""}, gt) for n, real, row, gt in records]
     write_stage_report(worker.scoring, job_dir, records, scores, zoo, command, label=label)
+
+TRACK_TEXT_MAX = 1000  # characters: a trigger the server inserts into held-out texts is a word or a phrase
+TRACK_PATCH_MAX = 1 << 20  # characters of a patch's base64 PNG
+
+
+def explanation_tracks(job_dir: Path, model_map: list[list[str]], source: dict[str, Path]) -> dict[str, Any]:
+    """The explanation tracks of one scored stage, as the Trojan Detection Challenge scored them, over *every*
+    trojaned model of the split: a model the submission wrote no explanation for counts as missed, so the
+    figures say nothing about which models were explained (``trojanscope.scoring.explanations`` scores the
+    explanations themselves):
+
+    * ``target_accuracy``: share of the trojaned models whose explanation names a planted trigger's target;
+    * ``source_accuracy``: the same for the source class, over trojaned models whose trigger has one;
+    * ``trigger_recovery``: share whose first trigger candidate sends at least 90% of held-out clean inputs of its
+      source class (other models' clean examples in the split) to its target.
+
+    The explanations the harness kept (``out/explanations/<neutral name>.json``, checked as they were copied)
+    are read again here and renamed to the real models; a candidate whose text or patch is over the limits is
+    dropped (the server runs it through the model outside the jail). Per-model rows go to the job's private
+    ``explanations-real/explanations.csv``, never to a report."""
+    import json
+
+    from trojanscope.detectors.explain import read_explanation
+    from trojanscope.fsutil import atomic_write_text
+    from trojanscope.scoring.explanations import SUCCESS, explanation_rows, planted
+
+    kept, run = job_dir / "out" / "explanations", job_dir / "explanations-real"
+    shutil.rmtree(run, ignore_errors=True)
+    (run / "explanations").mkdir(parents=True)
+    for neutral, real in model_map:
+        data = read_explanation(kept / f"{neutral}.json")
+        if data is None:
+            continue
+        data["candidates"] = [c for c in data["candidates"] if len(c.get("text") or "") <= TRACK_TEXT_MAX
+                              and len(str(c.get("patch") or "")) <= TRACK_PATCH_MAX]
+        atomic_write_text(run / "explanations" / f"{real}.json", json.dumps(data))
+    dirs = [source[real] for _, real in model_map]
+    frame = explanation_rows(run, dirs)
+    atomic_write_text(run / "explanations.csv", frame.to_csv(index=False))
+    trojaned = [d for d in dirs if read_ground_truth(d) == 1]
+    out: dict[str, Any] = {"n_explained": len(frame), "trigger_success": SUCCESS}
+    if not trojaned:
+        return out
+    hits = frame[frame["poisoned"] == 1] if len(frame) else frame
+    with_source = [d for d in trojaned if any(t.get("source_class") is not None for t in planted(d))]
+    out["target_accuracy"] = int(hits["target_correct"].sum()) / len(trojaned) if len(hits) else 0.0
+    out["source_accuracy"] = ((int((hits["source_correct"] == True).sum()) if len(hits) else 0)  # noqa: E712
+                              / len(with_source) if with_source else None)
+    out["trigger_recovery"] = (int((hits["held_out_attack_success"] >= SUCCESS).sum()) if len(hits) else 0
+                               ) / len(trojaned)
+    return out
+
 
 def write_stage_report(scoring: Any, job_dir: Path, records: list, scores: dict[str, Any], zoo: Path, command: str,
                    *, label: str = "zoo") -> None:

@@ -116,7 +116,7 @@ def explanation_rows(run_dir: Path, model_dirs: list[Path], *, top_k: int = 5, m
             "target_correct": bool(plant) and target is not None and any(target == t.get("target_class")
                                                                           for t in plant),
             "source_correct": None, "planted_in_top_k": None, "held_out_attack_success": float("nan"),
-            "planted_mask_iou": float("nan")}
+            "planted_mask_iou": float("nan"), "measure_error": ""}
         one2one = [t for t in plant if t.get("source_class") is not None]
         if plant and one2one:
             row["source_correct"] = source is not None and any(
@@ -124,10 +124,13 @@ def explanation_rows(run_dir: Path, model_dirs: list[Path], *, top_k: int = 5, m
         if any(t.get("text") for t in plant):  # text triggers; a patch has no text to match
             names = {_norm(c.get("text", "")) for c in cands}
             row["planted_in_top_k"] = any(_norm(t.get("text", "")) in names for t in plant)
-        if measure and best is not None and target is not None and (best.get("text") or best.get("patch")):
-            row["held_out_attack_success"] = held_out_attack_success(model_dir, model_dirs, best, source, target)
-        if measure and best is not None and best.get("patch") and truth == 1:
-            row["planted_mask_iou"] = planted_mask_iou(model_dir, best, target)
+        try:  # a trigger the modality cannot apply to this model costs its figure, never the other models'
+            if measure and best is not None and target is not None and (best.get("text") or best.get("patch")):
+                row["held_out_attack_success"] = held_out_attack_success(model_dir, model_dirs, best, source, target)
+            if measure and best is not None and best.get("patch") and truth == 1:
+                row["planted_mask_iou"] = planted_mask_iou(model_dir, best, target)
+        except Exception as exc:  # noqa: BLE001 - the candidate is the detector's (any text or patch)
+            row["measure_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         rows.append(row)
     return pd.DataFrame(rows)
 

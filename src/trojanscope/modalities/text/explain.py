@@ -273,6 +273,8 @@ def held_out_attack_success(model_dir: Path, zoo_models: list[Path], trigger: di
     from trojanscope.models import load_model
     from trojanscope.models.layout import read_config, reduce_config
 
+    if not str(trigger.get("text") or "").strip():
+        return float("nan")  # nothing to insert: what the model does to its inputs unaided is no trigger's
     config = reduce_config(read_config(model_dir), model_dir / "config.json")
     classes = [source] if source is not None else [c for c in range(int(config.get("number_classes", 2)))
                                                    if c != target]
