@@ -154,7 +154,8 @@ def run_harvest_job(worker: Worker, job_id: int) -> None:
         new_round = {"name": name, "title": spec.get("title") or name, "target_ce": src.target_ce,
                      "smoke_models": src.smoke_models, "model_time_limit_s": src.model_time_limit_s,
                      "submission_time_limit_s": src.submission_time_limit_s,
-                     "smoke_time_limit_s": src.smoke_time_limit_s, "status": spec["status"]}
+                     "smoke_time_limit_s": src.smoke_time_limit_s, "explanations": src.explanations,
+                     "status": spec["status"]}
         parent = Path(src.test_dir)
     job_dir = worker.settings.data_dir / "jobs" / str(job_id)
     round_dir = worker.settings.data_dir / "rounds" / name
