@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from trojanscope.detectors.explain import (
@@ -122,6 +123,10 @@ def test_harness_keeps_a_commands_explanations_and_scores_them(strong_zoo: Path,
 
     html, md = write_report(tmp_path / "run")
     assert "target-label accuracy" in md.read_text() and "Explanations: target and trigger" in html.read_text()
+    per = pd.read_csv(tmp_path / "run" / "explanation-breakdown.csv")  # the tracks per factor, as for CE
+    kinds = per[per["factor"] == "trigger type"]
+    assert kinds["n"].sum() >= len(trojaned) and set(kinds["level"]) == {t["type"] for t in planted}
+    assert "Explanations per factor" in md.read_text()
 
 
 class _LinearCtx:

@@ -338,3 +338,23 @@ def test_explanation_lines_show_the_patch_iou_only_where_it_was_measured(tmp_pat
     rows = dict(explanation_lines(tmp_path))
     label = next(k for k in rows if "IoU" in k)
     assert "2 models" in label and rows[label] == "0.317"
+
+
+def test_explanation_tracks_per_factor_count_trojaned_models_only() -> None:
+    """Per level: the trojaned models with an explanation (a clean one has no trigger to find); a pair-one2one
+    model counts under both of its triggers' levels, as the CE breakdown counts it."""
+    import pandas as pd
+
+    from trojanscope.scoring.breakdown import explanation_factor_table
+
+    rows = pd.DataFrame({"model_name": ["a", "b", "c", "d"], "poisoned": [1, 1, 1, 0],
+                         "target_correct": [True, False, True, False], "source_correct": [True, None, False, None],
+                         "held_out_attack_success": [0.95, 0.2, float("nan"), 0.99]})
+    meta = pd.DataFrame({"model_name": ["a", "b", "c", "d"], "triggers_0_type": ["word", "phrase", "word", None],
+                         "triggers_1_type": [None, None, "phrase", None]})
+    table = explanation_factor_table(rows, meta).set_index("level")
+    assert table.loc["word", "n"] == 2 and table.loc["phrase", "n"] == 2
+    assert table.loc["word", "target_accuracy"] == 1.0 and table.loc["phrase", "target_accuracy"] == 0.5
+    assert table.loc["word", "source_accuracy"] == 0.5 and table.loc["word", "share_recovered"] == 0.5
+    assert table.loc["phrase", "held_out_attack_success_median"] == 0.2  # c's unmeasured trigger is no figure
+    assert explanation_factor_table(rows.iloc[:0], meta).empty

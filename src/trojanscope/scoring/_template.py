@@ -91,7 +91,15 @@ together with all clean models. P/C = poisoned/clean counts.</p>
 recovered trigger's attack success on held-out clean texts of its source class (other models' examples, never the
 model's own); a planted trigger among the top candidates. Clean models: their strongest natural trigger.</p>
 <table>{% for label, value in explanations %}<tr><td>{{ label }}</td><td class="num">{{ value }}</td></tr>
-{% endfor %}</table>{% endif %}
+{% endfor %}</table>
+{% if explanation_factors %}<h3>Per factor level (trojaned models with an explanation)</h3>
+<table><tr><th>factor</th><th>level</th><th>n</th><th>target</th><th>source</th><th>held-out attack success
+(median)</th><th>share &ge; 0.9</th></tr>
+{% for r in explanation_factors %}<tr><td>{{ r.factor }}</td><td>{{ r.level }}</td><td class="num">{{ r.n }}</td>
+<td class="num">{{ fmt(r.target_accuracy, 3) }}</td><td class="num">{{ fmt(r.source_accuracy, 3) }}</td>
+<td class="num">{{ fmt(r.held_out_attack_success_median, 3) }}</td>
+<td class="num">{{ fmt(r.share_recovered, 3) }}</td></tr>
+{% endfor %}</table>{% endif %}{% endif %}
 
 <h2>Failures and gaps</h2>
 {% if n_failed_total %}<p>{{ n_failed_total }} answer(s) failed and were scored as p = 0.5

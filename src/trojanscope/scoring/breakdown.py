@@ -101,6 +101,40 @@ def factor_table(scored: pd.DataFrame, metadata: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
+def explanation_factor_table(rows: pd.DataFrame, metadata: pd.DataFrame, success: float = 0.9) -> pd.DataFrame:
+    """The explanation tracks per (factor, level), over the trojaned models with an explanation: n, target-label
+    accuracy, source-class accuracy (one-to-one triggers), the recovered trigger's held-out attack success
+    (median) and the share of models at ``success`` or more. ``rows`` are explanations.csv's
+    (:func:`trojanscope.scoring.explanations.explanation_rows`); ``metadata`` is :func:`read_factor_metadata`'s."""
+    cols = ["factor", "column", "level", "n", "target_accuracy", "source_accuracy",
+            "held_out_attack_success_median", "share_recovered"]
+    if "model_name" not in metadata.columns or rows.empty or "poisoned" not in rows.columns:
+        return pd.DataFrame(columns=cols)
+    troj = rows[pd.to_numeric(rows["poisoned"], errors="coerce") == 1]
+    frame = troj.merge(metadata, on="model_name", how="left", suffixes=("", "_meta"))
+    out = []
+    for label, candidates, _ in FACTORS:
+        column = next((c for c in candidates if c in frame.columns), None)
+        if column is None:
+            continue
+        levels = frame[column].map(_level)
+        second = column.replace("triggers_0_", "triggers_1_") if column.startswith("triggers_0_") else None
+        levels2 = frame[second].map(_level) if second and second in frame.columns else pd.Series(None, frame.index)
+        distinct = sorted(set(levels.dropna()) | set(levels2.dropna()), key=_sort_key)
+        if not distinct or len(distinct) > MAX_LEVELS:
+            continue
+        for lvl in distinct:
+            sub = frame[(levels == lvl) | (levels2 == lvl)]
+            held = pd.to_numeric(sub["held_out_attack_success"], errors="coerce")
+            source = sub["source_correct"].dropna().map(lambda v: str(v).lower() == "true")
+            out.append({"factor": label, "column": column, "level": lvl, "n": len(sub),
+                        "target_accuracy": float(sub["target_correct"].map(lambda v: str(v).lower() == "true").mean()),
+                        "source_accuracy": float(source.mean()) if len(source) else math.nan,
+                        "held_out_attack_success_median": float(held.median()) if held.notna().any() else math.nan,
+                        "share_recovered": float((held >= success).mean())})
+    return pd.DataFrame(out, columns=cols)
+
+
 OUT_OF_FIT = "out of fit"
 FEATURES_OUT = "out of fit: features"  # learned detectors: features further out than any training model's
 

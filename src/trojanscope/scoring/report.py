@@ -21,7 +21,12 @@ from trojanscope.errors import LayoutError
 from trojanscope.fsutil import atomic_write_bytes, atomic_write_text
 from trojanscope.scoring import plots
 from trojanscope.scoring._template import HTML_TEMPLATE, METRIC_HELP
-from trojanscope.scoring.breakdown import factor_table, prevalence_sweep, read_factor_metadata
+from trojanscope.scoring.breakdown import (
+    explanation_factor_table,
+    factor_table,
+    prevalence_sweep,
+    read_factor_metadata,
+)
 from trojanscope.scoring.harness import scores_for
 from trojanscope.scoring.results import align_with_zoo, check_scored_zoo, read_results_csv, run_record
 
@@ -88,6 +93,7 @@ def write_report(run_dir: Path | str, zoo: Path | str | None = None) -> tuple[Pa
 
     metadata = read_factor_metadata(zoo_path)
     factors = factor_table(frame, metadata)
+    explained = explanation_factors(run_dir, metadata)
     sweep = prevalence_sweep(y, p, seed=int(run.get("seed", 0) or 0))
     factors.to_csv(run_dir / "breakdown.csv", index=False)
     sweep.to_csv(run_dir / "prevalence.csv", index=False)
@@ -121,15 +127,33 @@ def write_report(run_dir: Path | str, zoo: Path | str | None = None) -> tuple[Pa
         "figures": [(t, cap, _b64(fig.png), f"report-{slug}.svg") for slug, t, cap, fig in figures],
         "factors": factors.to_dict("records"), "failed": failed.head(50).to_dict("records"),
         "n_failed_total": len(failed), "missing_truth": scores["missing_ground_truth"],
-        "explanations": explanation_lines(run_dir),
+        "explanations": explanation_lines(run_dir), "explanation_factors": explained.to_dict("records"),
     }
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     html = env.from_string(HTML_TEMPLATE).render(**context)
     html_path, md_path = run_dir / "report.html", run_dir / "report.md"
     atomic_write_text(html_path, html)
     atomic_write_text(md_path, _markdown(title, run, zoo_path, scores, factors, failed,
-                                         [f"report-{slug}.svg" for slug, *_ in figures], context["explanations"]))
+                                         [f"report-{slug}.svg" for slug, *_ in figures], context["explanations"],
+                                         explained))
     return html_path, md_path
+
+
+def explanation_factors(run_dir: Path, metadata: pd.DataFrame) -> pd.DataFrame:
+    """The explanation tracks per factor level (:func:`explanation_factor_table`) of a run that kept
+    explanations, also written to ``explanation-breakdown.csv``; empty (and no file) otherwise."""
+    path = Path(run_dir) / "explanations.csv"
+    stale = Path(run_dir) / "explanation-breakdown.csv"
+    try:
+        rows = pd.read_csv(path) if path.is_file() and path.stat().st_size else pd.DataFrame()
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
+        rows = pd.DataFrame()
+    table = explanation_factor_table(rows, metadata)
+    if len(table):
+        table.to_csv(stale, index=False)
+    elif stale.exists():
+        stale.unlink()
+    return table
 
 
 def explanation_lines(run_dir: Path) -> list[tuple[str, str]]:
@@ -220,7 +244,8 @@ def headline(s: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def _markdown(title: str, run: dict[str, Any], zoo: Path, s: dict[str, Any], factors: pd.DataFrame,
-              failed: pd.DataFrame, svgs: list[str], expl: list[tuple[str, str]] | None = None) -> str:
+              failed: pd.DataFrame, svgs: list[str], expl: list[tuple[str, str]] | None = None,
+              expl_factors: pd.DataFrame | None = None) -> str:
     lines = [f"# {title}", "", f"Zoo: `{zoo}`  "]
     lines += [f"{label.capitalize() if label != 'trojanscope' else label}: {value}  " for label, value in
               provenance_rows(run)]
@@ -245,6 +270,13 @@ def _markdown(title: str, run: dict[str, Any], zoo: Path, s: dict[str, Any], fac
     if expl:
         lines += ["", "## Explanations", "", "| figure | value |", "|---|---|"]
         lines += [f"| {label} | {value} |" for label, value in expl]
+    if expl_factors is not None and len(expl_factors):
+        lines += ["", "### Explanations per factor (trojaned models)", "",
+                  "| factor | level | n | target | source | held-out attack success (median) | share >= 0.9 |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r.factor} | {r.level} | {r.n} | {_fmt(r.target_accuracy, 3)} | {_fmt(r.source_accuracy, 3)} | "
+                  f"{_fmt(r.held_out_attack_success_median, 3)} | {_fmt(r.share_recovered, 3)} |"
+                  for r in expl_factors.itertuples()]
     lines += ["", f"Figures and definitions: report.html; the figures as SVG: {', '.join(svgs)}. Per-level "
-              "numbers: breakdown.csv; prevalence sweep: prevalence.csv.", ""]
+              "numbers: breakdown.csv (explanations: explanation-breakdown.csv); prevalence sweep: prevalence.csv.", ""]
     return "\n".join(lines)
