@@ -175,7 +175,8 @@ def load_rounds_file(s: Session, path: Path) -> list[str]:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
     tables = data.get("round", [])
     if set(data) - {"round"} or not isinstance(tables, list):
-        raise ConfigError(f"{path}: expected only [[round]] tables (name, train, test, holdout, target_ce, explanations, ...)")
+        raise ConfigError(f"{path}: expected only [[round]] tables (name, train, test, holdout, target_ce, "
+                          "explanations, ...)")
     added = []
     base = Path(path).resolve().parent
     for i, table in enumerate(tables):

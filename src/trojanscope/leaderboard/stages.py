@@ -129,7 +129,10 @@ def record_results(worker: Worker, job_id: int, model_map: list[list[str]], sour
         job = s.get(Job, job_id)
         tracks = job.stage in ("test", "holdout") and job.submission.round.explanations
     if tracks:
-        scores["explanations"] = _json_number(explanation_tracks(job_dir, model_map, source))
+        try:
+            scores["explanations"] = _json_number(explanation_tracks(job_dir, model_map, source))
+        except Exception as exc:  # noqa: BLE001 - the tracks must never lose a scored stage's cross-entropy
+            scores["explanations"] = {"error": f"the explanation tracks could not be scored ({type(exc).__name__})"}
     runtime = float(sum(r["seconds"] for _, _, r, _ in records))
     with worker.Session() as s:
         job = s.get(Job, job_id)
