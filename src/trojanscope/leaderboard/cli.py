@@ -39,7 +39,7 @@ def serve(
                              "with TLS sits in front."),
     port: int = typer.Option(8000, min=1, max=65535, help="TCP port."),
     rounds: Path | None = typer.Option(None, "--rounds", help="rounds.toml, one \"round\" table per "
-                                       "round (name, train, test, holdout, target_ce, time limits) "
+                                       "round (name, train, test, holdout, target_ce, time limits, explanations) "
                                        "registered at start; without it the service starts empty "
                                        "and organisers add rounds by API."),
     workers: int = typer.Option(1, "--workers", min=0, max=64, help="Worker processes that score submissions "
