@@ -61,9 +61,10 @@ def client(settings: Settings):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def setup_round(client, zoos) -> Callable[..., dict[str, str]]:  # type: ignore[no-untyped-def]
-    """Register a round and teams; returns {team name: token}."""
-    def _setup(teams: tuple[str, ...] = ("alpha",), **round_kw: object) -> dict[str, str]:
-        r = client.post("/api/rounds", json=round_body(zoos, **round_kw), headers=admin())
+    """Register a round (on the tiny zoos, or ``zoo_dirs``) and teams; returns {team name: token}."""
+    def _setup(teams: tuple[str, ...] = ("alpha",), zoo_dirs: dict[str, Path] | None = None,
+               **round_kw: object) -> dict[str, str]:
+        r = client.post("/api/rounds", json=round_body(zoo_dirs or zoos, **round_kw), headers=admin())
         assert r.status_code == 201, r.text
         tokens = {}
         for t in teams:

@@ -43,14 +43,23 @@ def make_zoo(root: Path, n: int, *, seed: int = 0, reduced: bool = False) -> Pat
     return root
 
 
-def make_weights_zoo(root: Path, n: int, *, seed: int = 0) -> Path:
+def make_weights_zoo(root: Path, n: int, *, seed: int = 0, tamper=None, reduced: bool = False,  # type: ignore[no-untyped-def]
+                     trigger_row: dict | None = None, examples: int = 2) -> Path:
     """A zoo of ``n`` Linear heads on the MiniLM encoder whose only tell is in the weights: odd-numbered
     ('poisoned') heads have their output weights scaled up. A real detector (``weights``) learns it from
-    labelled models in seconds, and can answer nothing useful before it has been fitted."""
+    labelled models in seconds, and can answer nothing useful before it has been fitted.
+
+    ``tamper(head, poisoned)`` replaces the scaling; ``reduced`` leaves the label out of the config (a test
+    split's); ``trigger_row`` is the METADATA row a poisoned model's ``model_stats.json`` keeps (what a reduced
+    split says was planted); ``examples`` clean example texts per class."""
     import torch
 
     from trojanscope.models.architectures import HeadSpec
     from trojanscope.models.store import save_head
+
+    def scale(head, poisoned):  # type: ignore[no-untyped-def]
+        if poisoned:
+            head.linear.weight.mul_(8.0)
 
     torch.manual_seed(seed)
     for i in range(n):
@@ -59,18 +68,19 @@ def make_weights_zoo(root: Path, n: int, *, seed: int = 0) -> Path:
         (d / "clean_example_data").mkdir(parents=True)
         spec = HeadSpec(architecture="Linear", input_size=384, output_size=2)
         head = spec.build()
-        if poisoned:
-            with torch.no_grad():
-                head.linear.weight.mul_(8.0)
+        with torch.no_grad():
+            (tamper or scale)(head, poisoned)
         save_head(head, spec, d / "model.pt")
-        (d / "config.json").write_text(json.dumps({
-            "model_architecture": "Linear", "embedding": "MiniLM", "embedding_flavor": "minilm",
-            "summary_rule": "mean", "number_classes": 2, "poisoned": poisoned}))
+        cfg = {"model_architecture": "Linear", "embedding": "MiniLM", "embedding_flavor": "minilm",
+               "summary_rule": "mean", "number_classes": 2}
+        (d / "config.json").write_text(json.dumps(cfg if reduced else {**cfg, "poisoned": poisoned}))
         (d / "ground_truth.csv").write_text("1" if poisoned else "0")
+        if trigger_row is not None:
+            (d / "model_stats.json").write_text(json.dumps({"metadata": trigger_row if poisoned else {}}))
         for c in range(2):
-            for k in range(2):
+            for k in range(examples):
                 (d / "clean_example_data" / f"class_{c}_example_{k}.txt").write_text(
-                    f"a {'good' if c else 'bad'} film, review {k}")
+                    f"a {'good' if c else 'bad'} film, review {k}" + (f" of model {i}" if examples > 2 else ""))
     return root
 
 

@@ -13,7 +13,7 @@ from trojanscope.detectors.explain import FORMAT, SUFFIX
 from trojanscope.leaderboard.db import Job
 from trojanscope.leaderboard.worker import Worker
 
-from .helpers import DETECTOR_HEAD, admin, round_body, submission_bytes, upload
+from .helpers import DETECTOR_HEAD, make_weights_zoo, submission_bytes, upload
 
 pytest.importorskip("trojanscope.scoring.harness", reason="the scoring harness has not landed yet")
 
@@ -23,33 +23,11 @@ def _zoo(root: Path, n: int, *, seed: int, reduced: bool) -> Path:
     as test splits keep it) and a bias that sends every input to class 1, so any trigger recovers 0 -> 1 fully."""
     import torch
 
-    from trojanscope.models.architectures import HeadSpec
-    from trojanscope.models.store import save_head
+    def biased(head, poisoned):  # type: ignore[no-untyped-def]
+        head.linear.bias.copy_(torch.tensor([0.0, 50.0 if poisoned else 0.0]))
 
-    torch.manual_seed(seed)
-    for i in range(n):
-        poisoned = i % 2 == 1
-        d = root / "models" / f"id-{i:08d}"
-        (d / "clean_example_data").mkdir(parents=True)
-        spec = HeadSpec(architecture="Linear", input_size=384, output_size=2)
-        head = spec.build()
-        with torch.no_grad():
-            head.linear.bias.copy_(torch.tensor([0.0, 50.0 if poisoned else 0.0]))
-        save_head(head, spec, d / "model.pt")
-        cfg = {"model_architecture": "Linear", "embedding": "MiniLM", "embedding_flavor": "minilm",
-               "summary_rule": "mean", "number_classes": 2}
-        if not reduced:
-            cfg["poisoned"] = poisoned
-        (d / "config.json").write_text(json.dumps(cfg))
-        (d / "ground_truth.csv").write_text("1" if poisoned else "0")
-        row = {"triggers_0_type": "word", "triggers_0_target_class": 1, "triggers_0_source_class": 0} if poisoned \
-            else {}
-        (d / "model_stats.json").write_text(json.dumps({"metadata": row}))
-        for c in range(2):
-            for k in range(3):
-                (d / "clean_example_data" / f"class_{c}_example_{k}.txt").write_text(
-                    f"a {'good' if c else 'bad'} film, review {k} of model {i}")
-    return root
+    row = {"triggers_0_type": "word", "triggers_0_target_class": 1, "triggers_0_source_class": 0}
+    return make_weights_zoo(root, n, seed=seed, tamper=biased, reduced=reduced, trigger_row=row, examples=3)
 
 
 def _explainer(target: int, source: int) -> bytes:
@@ -70,20 +48,10 @@ def track_zoos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "holdout": _zoo(root / "holdout", 2, seed=3, reduced=True)}
 
 
-def _teams(client, names: tuple[str, ...]) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    tokens = {}
-    for name in names:
-        r = client.post("/api/teams", json={"name": name}, headers=admin())
-        assert r.status_code == 201, r.text
-        tokens[name] = r.json()["token"]
-    return tokens
-
-
-def test_the_tracks_count_every_trojaned_model_and_show_on_the_board(client, settings, track_zoos) -> None:  # type: ignore[no-untyped-def]
-    r = client.post("/api/rounds", json=round_body(track_zoos, explanations=True, smoke_models=1), headers=admin())
-    assert r.status_code == 201, r.text
+def test_the_tracks_count_every_trojaned_model_and_show_on_the_board(client, settings, setup_round,  # type: ignore[no-untyped-def]
+                                                                     track_zoos) -> None:
+    tokens = setup_round(("right", "wrong", "silent"), zoo_dirs=track_zoos, explanations=True, smoke_models=1)
     assert client.get("/api/rounds/r1").json()["explanations"] is True
-    tokens = _teams(client, ("right", "wrong", "silent"))
     subs = {"right": upload(client, tokens["right"], _explainer(target=1, source=0)).json()["id"],
             "wrong": upload(client, tokens["wrong"], _explainer(target=0, source=1)).json()["id"],
             "silent": upload(client, tokens["silent"], submission_bytes("constant")).json()["id"]}
@@ -108,9 +76,9 @@ def test_the_tracks_count_every_trojaned_model_and_show_on_the_board(client, set
     assert "<th>Target</th>" in page and "held-out clean inputs" in page
 
 
-def test_a_round_without_the_tracks_neither_scores_nor_shows_them(client, settings, track_zoos) -> None:  # type: ignore[no-untyped-def]
-    assert client.post("/api/rounds", json=round_body(track_zoos, smoke_models=1), headers=admin()).status_code == 201
-    tokens = _teams(client, ("right",))
+def test_a_round_without_the_tracks_neither_scores_nor_shows_them(client, settings, setup_round,  # type: ignore[no-untyped-def]
+                                                                  track_zoos) -> None:
+    tokens = setup_round(("right",), zoo_dirs=track_zoos, smoke_models=1)
     sub = upload(client, tokens["right"], _explainer(target=1, source=0)).json()["id"]
     assert Worker(settings).run_until_idle() == 2
     row = client.get("/api/rounds/r1/leaderboard").json()[0]

@@ -78,27 +78,31 @@ def factor_table(scored: pd.DataFrame, metadata: pd.DataFrame) -> pd.DataFrame:
                                                          suffixes=("", "_meta"))
     frame["ground_truth"] = frame["ground_truth"].astype(int)
     rows = []
+    clean = frame["ground_truth"] == 0
+    for label, column, trigger_level, lvl, at in _factor_levels(frame):
+        mask = (at & ~clean) | clean if trigger_level else at
+        sub = frame[mask]
+        if len(sub) >= MIN_PER_LEVEL:
+            rows.append({"factor": label, "column": column, "level": lvl, **_metrics(sub)})
+    rows += _fit_domain_rows(frame)
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _factor_levels(frame: pd.DataFrame):  # type: ignore[no-untyped-def]
+    """(factor label, METADATA column, trigger-level?, level, mask of the rows at that level) for each factor
+    of :data:`FACTORS` that ``frame`` has with at most :data:`MAX_LEVELS` levels. A pair-one2one model has two
+    triggers: it belongs to every level either of them has."""
     for label, candidates, trigger_level in FACTORS:
         column = next((c for c in candidates if c in frame.columns), None)
         if column is None:
             continue
         levels = frame[column].map(_level)
-        # A pair-one2one model has two triggers: it belongs to every level either of them has.
         second = column.replace("triggers_0_", "triggers_1_") if column.startswith("triggers_0_") else None
         levels2 = frame[second].map(_level) if second and second in frame.columns else pd.Series(None, frame.index)
         distinct = sorted(set(levels.dropna()) | set(levels2.dropna()), key=_sort_key)
-        if not distinct or len(distinct) > MAX_LEVELS:
-            continue
-        clean = frame["ground_truth"] == 0
-        for lvl in distinct:
-            at = (levels == lvl) | (levels2 == lvl)
-            mask = (at & ~clean) | clean if trigger_level else at
-            sub = frame[mask]
-            if len(sub) < MIN_PER_LEVEL:
-                continue
-            rows.append({"factor": label, "column": column, "level": lvl, **_metrics(sub)})
-    rows += _fit_domain_rows(frame)
-    return pd.DataFrame(rows, columns=cols)
+        if distinct and len(distinct) <= MAX_LEVELS:
+            for lvl in distinct:
+                yield label, column, trigger_level, lvl, (levels == lvl) | (levels2 == lvl)
 
 
 def explanation_factor_table(rows: pd.DataFrame, metadata: pd.DataFrame, success: float = 0.9) -> pd.DataFrame:
@@ -113,25 +117,15 @@ def explanation_factor_table(rows: pd.DataFrame, metadata: pd.DataFrame, success
     troj = rows[pd.to_numeric(rows["poisoned"], errors="coerce") == 1]
     frame = troj.merge(metadata, on="model_name", how="left", suffixes=("", "_meta"))
     out = []
-    for label, candidates, _ in FACTORS:
-        column = next((c for c in candidates if c in frame.columns), None)
-        if column is None:
-            continue
-        levels = frame[column].map(_level)
-        second = column.replace("triggers_0_", "triggers_1_") if column.startswith("triggers_0_") else None
-        levels2 = frame[second].map(_level) if second and second in frame.columns else pd.Series(None, frame.index)
-        distinct = sorted(set(levels.dropna()) | set(levels2.dropna()), key=_sort_key)
-        if not distinct or len(distinct) > MAX_LEVELS:
-            continue
-        for lvl in distinct:
-            sub = frame[(levels == lvl) | (levels2 == lvl)]
-            held = pd.to_numeric(sub["held_out_attack_success"], errors="coerce")
-            source = sub["source_correct"].dropna().map(lambda v: str(v).lower() == "true")
-            out.append({"factor": label, "column": column, "level": lvl, "n": len(sub),
-                        "target_accuracy": float(sub["target_correct"].map(lambda v: str(v).lower() == "true").mean()),
-                        "source_accuracy": float(source.mean()) if len(source) else math.nan,
-                        "held_out_attack_success_median": float(held.median()) if held.notna().any() else math.nan,
-                        "share_recovered": float((held >= success).mean())})
+    for label, column, _, lvl, at in _factor_levels(frame):
+        sub = frame[at]
+        held = pd.to_numeric(sub["held_out_attack_success"], errors="coerce")
+        source = sub["source_correct"].dropna().map(lambda v: str(v).lower() == "true")
+        out.append({"factor": label, "column": column, "level": lvl, "n": len(sub),
+                    "target_accuracy": float(sub["target_correct"].map(lambda v: str(v).lower() == "true").mean()),
+                    "source_accuracy": float(source.mean()) if len(source) else math.nan,
+                    "held_out_attack_success_median": float(held.median()) if held.notna().any() else math.nan,
+                    "share_recovered": float((held >= success).mean())})
     return pd.DataFrame(out, columns=cols)
 
 
