@@ -94,7 +94,7 @@ def test_an_oversized_or_unusable_trigger_is_a_miss_not_a_crash(tmp_path, track_
     (the target still counts), and a candidate with nothing to insert (a patch on a text model) recovers nothing,
     even on a head that sends every input to the target anyway."""
     from trojanscope.leaderboard.stages import TRACK_TEXT_MAX, explanation_tracks
-    from trojanscope.models.layout import list_model_dirs
+    from trojanscope.models.layout import list_model_dirs, read_ground_truth
 
     dirs = list_model_dirs(track_zoos["test"])
     model_map = [[f"m-{i:05d}", d.name] for i, d in enumerate(dirs)]
@@ -108,14 +108,15 @@ def test_an_oversized_or_unusable_trigger_is_a_miss_not_a_crash(tmp_path, track_
                     "attack_success": 1}
         (kept / f"{neutral}.json").write_text(json.dumps({"format": FORMAT, "target_class": 1, "source_class": 0,
                                                           "candidates": [cand]}))
-    out = explanation_tracks(tmp_path, model_map, {d.name: d for d in dirs})
+    out = explanation_tracks(tmp_path, model_map, {d.name: d for d in dirs},
+                             {d.name: read_ground_truth(d) for d in dirs})
     assert out["n_explained"] == 4
     assert (out["target_accuracy"], out["source_accuracy"], out["trigger_recovery"]) == (1.0, 1.0, 0.0)
 
 
 def test_a_measurement_that_raises_costs_that_model_only(tmp_path, track_zoos, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from trojanscope.leaderboard.stages import explanation_tracks
-    from trojanscope.models.layout import list_model_dirs
+    from trojanscope.models.layout import list_model_dirs, read_ground_truth
     from trojanscope.scoring import explanations
 
     dirs = list_model_dirs(track_zoos["test"])
@@ -133,7 +134,8 @@ def test_a_measurement_that_raises_costs_that_model_only(tmp_path, track_zoos, m
         return real(model_dir, *args)
 
     monkeypatch.setattr(explanations, "held_out_attack_success", flaky)
-    out = explanation_tracks(tmp_path, model_map, {d.name: d for d in dirs})
+    out = explanation_tracks(tmp_path, model_map, {d.name: d for d in dirs},
+                             {d.name: read_ground_truth(d) for d in dirs})
     assert (out["target_accuracy"], out["trigger_recovery"]) == (1.0, 0.5)  # model 3 still measured, and recovered
     rows = (tmp_path / "explanations-real" / "explanations.csv").read_text()
     assert "RuntimeError: cannot apply this trigger" in rows

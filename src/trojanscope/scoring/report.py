@@ -143,16 +143,16 @@ def explanation_factors(run_dir: Path, metadata: pd.DataFrame) -> pd.DataFrame:
     """The explanation tracks per factor level (:func:`explanation_factor_table`) of a run that kept
     explanations, also written to ``explanation-breakdown.csv``; empty (and no file) otherwise."""
     path = Path(run_dir) / "explanations.csv"
-    stale = Path(run_dir) / "explanation-breakdown.csv"
+    out = Path(run_dir) / "explanation-breakdown.csv"
     try:
         rows = pd.read_csv(path) if path.is_file() and path.stat().st_size else pd.DataFrame()
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
         rows = pd.DataFrame()
     table = explanation_factor_table(rows, metadata)
     if len(table):
-        table.to_csv(stale, index=False)
-    elif stale.exists():
-        stale.unlink()
+        table.to_csv(out, index=False)
+    elif out.exists():  # a file this run no longer has must not linger beside it
+        out.unlink()
     return table
 
 
