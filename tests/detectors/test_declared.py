@@ -81,6 +81,10 @@ def test_the_shipped_parameter_files_load_into_their_declared_detectors():
     ('[detectors.x]\nfamilies = ["weights"]\nestimator = "os:system"', "unknown keys"),  # a data file names no code
     ('[detectors.x]\nfamilies = ["weights"]\nfallback = "image-default"', "fallback must map"),
     ("[detectors.x\n", "not valid TOML"),
+    ('[detectors.x]\nfamilies = ["weights"]\nanchor = { families = ["scan"], cap = 1.0 }', "not in its families"),
+    ('[detectors.x]\nfamilies = ["weights"]\nanchor = { families = ["weights"], cap = 0 }', "anchor must be"),
+    ('[detectors.x]\nfamilies = ["weights"]\nanchor = { families = ["weights"] }', "anchor must be"),
+    ('[detectors.x]\nfamilies = ["weights"]\nanchor = ["weights"]', "anchor must be"),
 ])
 def test_bad_detector_declarations_fail_with_one_line(toml, match):
     with pytest.raises(ConfigError, match=match) as err:

@@ -195,7 +195,11 @@ def fit(
     typer.echo(f"fitted {detector} on {n} models{chosen}: {clf.settings}, "
                f"cross-validated CE {clf.cv_cross_entropy:.4f}, ROC-AUC {clf.cv_roc_auc:.4f}, "
                f"calibration: {calibration}; novelty bound mean |z| "
-               + ("none" if clf.novelty_max is None else f"{clf.novelty_max:.2f}") + f"; wrote {out}")
+               + ("none" if clf.novelty_max is None else f"{clf.novelty_max:.2f}")
+               + ("" if not getattr(det, "anchor_", None) else
+                  f"; held within {det.anchor_['cap']:g} nats of its {'+'.join(det.anchor_['families'])} anchor "
+                  f"(cross-validated CE {det.anchor_['classifier'].cv_cross_entropy:.4f})")
+               + f"; wrote {out}")
 
 
 def detectors() -> None:
@@ -229,6 +233,11 @@ def detectors() -> None:
                               "calibrated on stratified folds; no abstention by reach "
                               "(refit over 3+ generators for it)")
                 typer.echo(f"{'':<{width}} {calibrated}")
+            held = getattr(shipped, "anchor_", None)
+            if held:
+                typer.echo(f"{'':<{width}} answer held within {held['cap']:g} nats of log-odds of a "
+                           f"{'+'.join(held['families'])}-only classifier's (fitted on "
+                           f"{held['trained_on'].get('n_models', '?')} models)")
 
 
 def register(app: typer.Typer, zoo: typer.Typer) -> None:

@@ -19,7 +19,7 @@ from trojanscope.detectors.base import DETECTORS
 from trojanscope.errors import ConfigError
 
 DETECTOR_SPECS: dict[str, DetectorSpec] = {}
-SPEC_KEYS = {"families", "description", "params", "fallback", "candidates", "references", "abstain_on"}
+SPEC_KEYS = {"families", "description", "params", "fallback", "candidates", "references", "abstain_on", "anchor"}
 # A modality's declarations are Python, not a data file, so they may also name the estimator class.
 MODALITY_SPEC_KEYS = SPEC_KEYS | {"estimator"}
 META_DETECTOR = "trojanscope.detectors.learned:MetaDetector"
@@ -40,6 +40,8 @@ class DetectorSpec:
     candidates: tuple[tuple[str, ...], ...] | None = None  # family subsets the fit chooses from (None: all)
     references: tuple[str, ...] | None = None  # readings each candidate is tried with (None: "global" only)
     abstain_on: tuple[str, ...] | None = None  # domain differences answered 0.5 (None: domain.ABSTAIN_ON)
+    # (families, cap): the answer is held within cap nats of log-odds of a classifier of these families alone
+    anchor: tuple[tuple[str, ...], float] | None = None
 
     @property
     def needs(self) -> frozenset[str]:
@@ -52,7 +54,7 @@ class DetectorSpec:
 
     def declared_params(self) -> dict[str, Any]:
         """The estimator parameters this declaration fixes: ``name``, ``families``, ``fallback`` (and
-        ``candidates``, ``references`` and ``abstain_on`` where it declares them)."""
+        ``candidates``, ``references``, ``abstain_on`` and ``anchor`` where it declares them)."""
         fixed: dict[str, Any] = {"name": self.name, "families": self.families, "fallback": dict(self.fallback)}
         if self.candidates is not None:
             fixed["candidates"] = self.candidates
@@ -60,6 +62,8 @@ class DetectorSpec:
             fixed["references"] = self.references
         if self.abstain_on is not None:
             fixed["abstain_on"] = self.abstain_on
+        if self.anchor is not None:
+            fixed["anchor"] = {"families": self.anchor[0], "cap": self.anchor[1]}
         return fixed
 
     def __call__(self, **params: Any) -> Any:
@@ -152,10 +156,27 @@ def spec_from_entry(name: str, entry: Any, where: str, modality_of: dict[str, st
             raise ConfigError(f"{where}: abstain_on must be a list of distinct domain keys out of "
                               f"{', '.join(map(repr, KEYS))} holding at least {', '.join(map(repr, ABSTAIN_ON))}")
         abstain_on = tuple(abstain_on)
+    anchor = _anchor_entry(entry.get("anchor"), families, where)
     return DetectorSpec(name=name, families=tuple(families), modality=modalities.pop(),
                         description=str(entry.get("description", "")), shipped=entry.get("params"),
                         fallback=dict(fallback), estimator=estimator, candidates=candidates, references=references,
-                        abstain_on=abstain_on)
+                        abstain_on=abstain_on, anchor=anchor)
+
+
+def _anchor_entry(anchor: Any, families: list[str], where: str) -> tuple[tuple[str, ...], float] | None:
+    """A declaration's ``anchor = { families = [...], cap = NATS }``, checked (None where it has none)."""
+    if anchor is None:
+        return None
+    fams, cap = (anchor.get("families"), anchor.get("cap")) if isinstance(anchor, dict) else (None, None)
+    if (not isinstance(anchor, dict) or set(anchor) != {"families", "cap"} or not isinstance(fams, list) or not fams
+            or not all(isinstance(f, str) for f in fams) or isinstance(cap, bool)
+            or not isinstance(cap, int | float) or not 0 < cap < 50):
+        raise ConfigError(f'{where}: anchor must be {{ families = ["scan"], cap = 1.0 }}: a non-empty list of its '
+                          "families and a cap in nats of log-odds between 0 and 50")
+    outside = sorted(set(fams) - set(families))
+    if outside:
+        raise ConfigError(f"{where}: anchor names families {outside} that are not in its families; add them")
+    return tuple(fams), float(cap)
 
 
 def declare_shipped(modality_of: dict[str, str]) -> None:

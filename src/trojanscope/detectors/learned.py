@@ -23,6 +23,7 @@ from trojanscope.detectors.meta import (
     REFERENCE_WORDS,
     MetaClassifier,
     PartsClassifier,
+    anchored,
     classifier_from_dict,
     fit_reading,
     reference_keys,
@@ -156,7 +157,8 @@ class MetaDetector(Detector):
     def __init__(self, *, families: Sequence[str], name: str = "meta", fallback: dict[str, str] | None = None,
                  family_params: dict[str, dict] | None = None, workers: int = 1, seed: int = 0,
                  executor: str = "local", candidates: Sequence[Sequence[str]] | None = None,
-                 references: Sequence[str] | None = None, abstain_on: Sequence[str] | None = None) -> None:
+                 references: Sequence[str] | None = None, abstain_on: Sequence[str] | None = None,
+                 anchor: dict[str, Any] | None = None) -> None:
         self.families = families
         # family subsets the fit chooses from by cross-validated CE (None: all the families, no choice)
         self.candidates = candidates
@@ -173,6 +175,9 @@ class MetaDetector(Detector):
         # the fit-domain differences answered 0.5 (detectors/domain.py; None: domain.ABSTAIN_ON, i.e. classes,
         # input and modality; `default` adds "factors": a head width, depth or direction no fit model had)
         self.abstain_on = abstain_on
+        # {"families": [...], "cap": nats}: a classifier of those families alone, fitted beside the main one, and
+        # the answer held within cap nats of log-odds of its answer (docs/detectors.md, The behavioural anchor)
+        self.anchor = anchor
 
     @property
     def needs(self) -> frozenset[str]:  # type: ignore[override]
@@ -267,6 +272,28 @@ class MetaDetector(Detector):
         if groups is not None:
             self.trained_on_["groups"] = {g: int(n) for g, n in zip(*np.unique(np.asarray(groups, str),
                                                                                return_counts=True), strict=True)}
+        self.anchor_ = None
+        if self.anchor:
+            self.fit_anchor(rows, labels, groups=groups)
+        return self
+
+    def fit_anchor(self, rows: Sequence[dict[str, float]], labels: Sequence[int], *,
+                   groups: Sequence[str] | None = None) -> MetaDetector:
+        """Fit the declared anchor (a meta-classifier of the anchor's families alone, read globally, with the
+        same calibration as the main one) from precomputed feature dicts; the main classifier is left as it is,
+        so a shipped file can gain an anchor fitted on other rows (its ``trained_on`` says which)."""
+        if not self.anchor:
+            raise ConfigError(f"detector {self.name!r} declares no anchor")
+        fams = tuple(self.anchor["families"])
+        if set(fams) - set(self.families):
+            raise ConfigError(f"detector {self.name!r}: its anchor reads {', '.join(fams)}, not all of them its "
+                              "families; declare the anchor's families among the detector's")
+        f, names = matrix([{k: v for k, v in r.items() if k.startswith(tuple(f"{a}." for a in fams))} for r in rows])
+        if not names:
+            raise ConfigError(f"detector {self.name!r}: no features of its anchor {', '.join(fams)} computed")
+        clf = MetaClassifier.fit(f, np.asarray(labels), names, seed=self.seed, groups=groups)
+        self.anchor_ = {"families": list(fams), "cap": float(self.anchor["cap"]), "classifier": clf,
+                        "trained_on": {"n_models": len(rows), "n_trojaned": int(np.sum(labels))}}
         return self
 
     def _check_fitted(self) -> MetaClassifier | PartsClassifier:
@@ -310,13 +337,30 @@ class MetaDetector(Detector):
                    "features of heads unlike every fit model's were measured to read wrongly (docs/detectors.md)")
             notes.append(f"answered 0.5: outside the fit's {', '.join(domain.WORDS[k] for k in outside)}; {why}")
             return Detection(probability=0.5, features={}, warnings=[f"out of fit: {n}" for n in notes])
-        feats = compute_features(inputs, _families(self.used_families, self.family_params_))
+        feats = compute_features(inputs, _families(self._computed_families(), self.family_params_))
         vec = clf.vector(feats)[None, :]
         p = float(clf.predict_proba(vec, shape)[0])
         far = clf.outside(vec, shapes=shape)
         if far is not None:
             notes.append(far)
-        return Detection(probability=p, features=feats, warnings=[f"out of fit: {n}" for n in notes])
+        warnings = [f"out of fit: {n}" for n in notes]
+        if getattr(self, "anchor_", None):
+            a = self.anchor_
+            p_a = float(a["classifier"].predict_proba(a["classifier"].vector(feats)[None, :])[0])
+            held = float(anchored(np.array([p]), np.array([p_a]), a["cap"])[0])
+            if abs(held - p) > 1e-9:
+                warnings.append(f"bounded by behaviour: the fit read P {p:.3f}, its {'+'.join(a['families'])} "
+                                f"anchor {p_a:.3f}; the answer stays within {a['cap']:g} nats of the anchor's")
+            p = held
+        elif self.anchor:
+            warnings.append(f"parameters fitted without the declared {'+'.join(self.anchor['families'])} anchor: "
+                            "the answer is not bounded by behaviour; refit with 'trojanscope detect fit'")
+        return Detection(probability=p, features=feats, warnings=warnings)
+
+    def _computed_families(self) -> tuple[str, ...]:
+        """The families a score computes: the chosen ones, and the anchor's."""
+        extra = tuple(self.anchor_["families"]) if getattr(self, "anchor_", None) else ()
+        return tuple(dict.fromkeys(self.used_families + extra))
 
     @property
     def used_families(self) -> tuple[str, ...]:
@@ -331,6 +375,9 @@ class MetaDetector(Detector):
         clf = self._check_fitted()
         shapes = reference_keys(domains, clf.reference)
         p = clf.predict_proba(np.stack([clf.vector(r) for r in rows]), shapes)
+        if getattr(self, "anchor_", None):
+            a = self.anchor_["classifier"]
+            p = anchored(p, a.predict_proba(np.stack([a.vector(r) for r in rows])), self.anchor_["cap"])
         if domains is not None:
             from trojanscope.detectors import domain
 
@@ -351,6 +398,8 @@ class MetaDetector(Detector):
             "trojanscope_detector_params": PARAMS_FORMAT, "detector": self.name, "families": list(self.families),
             "family_params": self.family_params_, "classifier": clf.to_dict(),
             **({"selected": list(self.used_families)} if self.candidates else {}),
+            **({"anchor": {**self.anchor_, "classifier": self.anchor_["classifier"].to_dict()}}
+               if getattr(self, "anchor_", None) else {}),
             "trained_on": {**self.trained_on_, **provenance},
         })
 
@@ -395,4 +444,25 @@ class MetaDetector(Detector):
         det.selected_ = tuple(selected)
         det.family_params_ = fparams
         det.trained_on_ = dict(d.get("trained_on") or {})
+        det.anchor_ = _anchor_from_dict(d.get("anchor"), det.anchor, families, where)
         return det
+
+
+def _anchor_from_dict(d: Any, declared: dict[str, Any] | None, families: list[str], where: str) -> dict | None:
+    """A parameter file's fitted anchor, checked against the declaration (None: the file has none)."""
+    if d is None:
+        return None
+    if not declared:
+        raise ConfigError(f"{where}: the file has an anchor but the detector declares none; pass the detector "
+                          "the file was fitted for")
+    if (not isinstance(d, dict) or list(d.get("families") or []) != list(declared["families"])
+            or d.get("cap") != float(declared["cap"])):
+        raise ConfigError(f"{where}: anchor must be the declared one ({'+'.join(declared['families'])}, cap "
+                          f"{declared['cap']:g}); refit with 'trojanscope detect fit'")
+    clf = classifier_from_dict(d.get("classifier") or {})
+    if not isinstance(clf, MetaClassifier) or clf.reference != "global":
+        raise ConfigError(f"{where}: the anchor's classifier must read its features globally")
+    if not set(d["families"]) <= set(families):
+        raise ConfigError(f"{where}: anchor families {d['families']} are not the detector's")
+    return {"families": list(d["families"]), "cap": float(d["cap"]), "classifier": clf,
+            "trained_on": dict(d.get("trained_on") or {})}

@@ -91,6 +91,16 @@ def fit_reading(features: np.ndarray, labels: np.ndarray, names: list[str], *, s
     return MetaClassifier.fit(features, labels, names, seed=seed, groups=groups, shapes=shapes, reference=reference)
 
 
+def anchored(p_main: np.ndarray, p_anchor: np.ndarray, cap: float) -> np.ndarray:
+    """The main classifier's answer held within ``cap`` nats of log-odds of the anchor's:
+    ``sigmoid(l_a + clip(l_m - l_a, -cap, cap))``. The result lies between the two answers, so within both
+    classifiers' clipping; an anchor at 0.5 lets the main move the answer to sigmoid(±cap) at most."""
+    pm = np.clip(np.asarray(p_main, dtype=np.float64), 1e-12, 1 - 1e-12)
+    pa = np.clip(np.asarray(p_anchor, dtype=np.float64), 1e-12, 1 - 1e-12)
+    la, lm = np.log(pa / (1 - pa)), np.log(pm / (1 - pm))
+    return _sigmoid(la + np.clip(lm - la, -cap, cap))
+
+
 def classifier_from_dict(d: Any) -> MetaClassifier | PartsClassifier:
     """Either classifier from its JSON (a parameter file's ``classifier``; untrusted, checked)."""
     if isinstance(d, dict) and "parts" in d:
