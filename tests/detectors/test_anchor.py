@@ -80,3 +80,20 @@ def test_a_declaration_passes_its_anchor_to_the_detector():
                           "my.toml", FAMILY_MODALITY)
     assert spec.anchor == (("scan",), 1.5)
     assert spec().anchor == {"families": ("scan",), "cap": 1.5}
+
+
+@pytest.mark.slow
+def test_scoring_a_real_model_applies_the_anchor_and_says_when_it_binds(zoo_features, light_params):
+    models, labels, rows = zoo_features("text")
+    det = MetaDetector(families=("weights", "scan"), name="x", family_params=light_params,
+                       anchor={"families": ("scan",), "cap": 0.05}).fit_features(rows, labels)
+    a = det.anchor_["classifier"]
+    for model, row in zip(models[:2], rows[:2], strict=True):
+        d = det.score(model)
+        p_a = float(a.predict_proba(a.vector(d.features)[None, :])[0])
+        assert abs(_logit(d.probability) - _logit(p_a)) <= 0.05 + 1e-9
+        assert d.probability == pytest.approx(float(det.score_features([row])[0]), abs=1e-3)
+        free = MetaDetector(families=("weights", "scan"), name="x", family_params=light_params)
+        p_free = float(free.fit_features(rows, labels).score_features([d.features])[0])
+        binds = abs(_logit(p_free) - _logit(p_a)) > 0.05
+        assert any(w.startswith("bounded by behaviour") for w in d.warnings) == binds

@@ -197,7 +197,7 @@ def fit(
                f"calibration: {calibration}; novelty bound mean |z| "
                + ("none" if clf.novelty_max is None else f"{clf.novelty_max:.2f}")
                + ("" if not getattr(det, "anchor_", None) else
-                  f"; held within {det.anchor_['cap']:g} nats of its {'+'.join(det.anchor_['families'])} anchor "
+                  f"; held within {det.anchor_['cap']:g} nat(s) of its {'+'.join(det.anchor_['families'])} anchor "
                   f"(cross-validated CE {det.anchor_['classifier'].cv_cross_entropy:.4f})")
                + f"; wrote {out}")
 
@@ -235,7 +235,7 @@ def detectors() -> None:
                 typer.echo(f"{'':<{width}} {calibrated}")
             held = getattr(shipped, "anchor_", None)
             if held:
-                typer.echo(f"{'':<{width}} answer held within {held['cap']:g} nats of log-odds of a "
+                typer.echo(f"{'':<{width}} answer held within {held['cap']:g} nat(s) of log-odds of a "
                            f"{'+'.join(held['families'])}-only classifier's (fitted on "
                            f"{held['trained_on'].get('n_models', '?')} models)")
 

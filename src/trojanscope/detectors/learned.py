@@ -349,8 +349,9 @@ class MetaDetector(Detector):
             p_a = float(a["classifier"].predict_proba(a["classifier"].vector(feats)[None, :])[0])
             held = float(anchored(np.array([p]), np.array([p_a]), a["cap"])[0])
             if abs(held - p) > 1e-9:
+                nats = f"{a['cap']:g} nat{'' if a['cap'] == 1 else 's'}"
                 warnings.append(f"bounded by behaviour: the fit read P {p:.3f}, its {'+'.join(a['families'])} "
-                                f"anchor {p_a:.3f}; the answer stays within {a['cap']:g} nats of the anchor's")
+                                f"anchor {p_a:.3f}; the answer stays within {nats} of log-odds of the anchor's")
             p = held
         elif self.anchor:
             warnings.append(f"parameters fitted without the declared {'+'.join(self.anchor['families'])} anchor: "
