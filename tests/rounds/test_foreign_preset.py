@@ -103,25 +103,47 @@ def test_the_training_generator_shares_no_trigger_or_corpus_with_the_checks(monk
 
 
 # round5-foreign3: the development generator whose heads the shipped detector never saw (widths, depths), so a
-# check of how the shipped file reads unseen head shapes. Its pools must be as foreign as the others'.
+# check of how the shipped file reads unseen head shapes; round5-foreign4: seen head factors (FC heads too) on IMDB
+# clips, built after the anchored file shipped. Their pools must be as foreign as the others', and each other's.
 FOREIGN3 = ("round5-foreign3.toml", "words3.txt", "phrases3.txt")
+FOREIGN4 = ("round5-foreign4.toml", "words4.txt", "phrases4.txt")
+LATER = (FOREIGN3, FOREIGN4)
 
 
-def test_the_third_foreign_generator_shares_no_trigger_with_anything_scanned_or_fitted(monkeypatch):
+@pytest.mark.parametrize("entry", LATER, ids=[e[0] for e in LATER])
+def test_the_later_foreign_generators_share_no_trigger_with_anything_scanned_or_fitted(monkeypatch, entry):
     from trojanscope.encoders import get_encoder
     from trojanscope.modalities.text.features.scan import PhraseScan
 
     monkeypatch.chdir(ROOT)
-    name, words_file, phrases_file = FOREIGN3
+    name, words_file, phrases_file = entry
     load_preset(FOREIGN / name)
     words, phrases = _items(FOREIGN / words_file), _items(FOREIGN / phrases_file)
     assert len(words) >= 20 and len(phrases) >= 10
     others = {item for files in PRESETS.values() for f in files for item in _items(FOREIGN / f)}
+    others |= {item for e in LATER if e != entry for f in e[1:] for item in _items(FOREIGN / f)}
     others |= {item for files in TRAINING.values() for f in files for item in _items(VARIED / f)}
     others |= {item.lower() for pool in POOLS.names() for item in load_pool(pool)}
     others |= {p.lower() for p in phrase_candidates()} | set(character_candidates())
     others |= {text.lower() for _, text in PhraseScan(progress=False).candidates(get_encoder("minilm"))}
     assert not (words | phrases) & others
+
+
+def test_the_fourth_foreign_generator_keeps_to_head_factors_and_corpora_of_its_own_kind(monkeypatch):
+    import json
+
+    monkeypatch.chdir(ROOT)
+    preset = load_preset(FOREIGN / FOREIGN4[0])[0]
+    shipped = json.loads((ROOT / "src/trojanscope/detectors/params/default.json").read_text())
+    seen = [s.split() for s in shipped["trained_on"]["domain"]["shape"]]  # "FCLinear hidden 256 layers 2 bidirectional"
+    for arch in preset.head.architecture:  # every factor of every architecture was in the fit: no abstention by factor
+        mine = [s for s in seen if s[0] == arch]
+        assert set(preset.head.hidden_size) <= {int(s[2]) for s in mine}
+        assert set(preset.head.n_layers) <= {int(s[4]) for s in mine}
+        assert all(any(s[5] == "bidirectional" for s in mine) for _ in preset.head.bidirectional if _)
+    fitted = {s.corpus for p in ("round5-cpu", "round6-cpu", "dynasent-cpu") for s in load_preset(p)[0].data.sources}
+    fitted |= {s.corpus for n in TRAINING for s in load_preset(VARIED / n)[0].data.sources}
+    assert not {s.corpus for s in preset.data.sources} & fitted
 
 
 def test_the_third_foreign_generator_draws_head_shapes_outside_the_shipped_fit(monkeypatch):
