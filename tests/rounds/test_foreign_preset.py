@@ -140,7 +140,7 @@ def test_the_fourth_foreign_generator_keeps_to_head_factors_and_corpora_of_its_o
         mine = [s for s in seen if s[0] == arch]
         assert set(preset.head.hidden_size) <= {int(s[2]) for s in mine}
         assert set(preset.head.n_layers) <= {int(s[4]) for s in mine}
-        assert all(any(s[5] == "bidirectional" for s in mine) for _ in preset.head.bidirectional if _)
+        assert {"bidirectional" if b else "unidirectional" for b in preset.head.bidirectional} <= {s[5] for s in mine}
     fitted = {s.corpus for p in ("round5-cpu", "round6-cpu", "dynasent-cpu") for s in load_preset(p)[0].data.sources}
     fitted |= {s.corpus for n in TRAINING for s in load_preset(VARIED / n)[0].data.sources}
     assert not {s.corpus for s in preset.data.sources} & fitted

@@ -344,10 +344,10 @@ class MetaDetector(Detector):
         if far is not None:
             notes.append(far)
         warnings = [f"out of fit: {n}" for n in notes]
-        if getattr(self, "anchor_", None):
-            a = self.anchor_
-            p_a = float(a["classifier"].predict_proba(a["classifier"].vector(feats)[None, :])[0])
-            held = float(anchored(np.array([p]), np.array([p_a]), a["cap"])[0])
+        p_anchor = self.anchor_answers([feats])
+        if p_anchor is not None:
+            a, p_a = self.anchor_, float(p_anchor[0])
+            held = float(anchored(np.array([p]), p_anchor, a["cap"])[0])
             if abs(held - p) > 1e-9:
                 nats = f"{a['cap']:g} nat{'' if a['cap'] == 1 else 's'}"
                 warnings.append(f"bounded by behaviour: the fit read P {p:.3f}, its {'+'.join(a['families'])} "
@@ -357,6 +357,14 @@ class MetaDetector(Detector):
             warnings.append(f"parameters fitted without the declared {'+'.join(self.anchor['families'])} anchor: "
                             "the answer is not bounded by behaviour; refit with 'trojanscope detect fit'")
         return Detection(probability=p, features=feats, warnings=warnings)
+
+    def anchor_answers(self, rows: Sequence[dict[str, float]]) -> np.ndarray | None:
+        """The fitted anchor's own P(trojaned) for feature dicts ``rows``; None without an anchor."""
+        a = getattr(self, "anchor_", None)
+        if not a:
+            return None
+        clf = a["classifier"]
+        return clf.predict_proba(np.stack([clf.vector(r) for r in rows]))
 
     def _computed_families(self) -> tuple[str, ...]:
         """The families a score computes: the chosen ones, and the anchor's."""
@@ -376,9 +384,9 @@ class MetaDetector(Detector):
         clf = self._check_fitted()
         shapes = reference_keys(domains, clf.reference)
         p = clf.predict_proba(np.stack([clf.vector(r) for r in rows]), shapes)
-        if getattr(self, "anchor_", None):
-            a = self.anchor_["classifier"]
-            p = anchored(p, a.predict_proba(np.stack([a.vector(r) for r in rows])), self.anchor_["cap"])
+        p_anchor = self.anchor_answers(rows)
+        if p_anchor is not None:
+            p = anchored(p, p_anchor, self.anchor_["cap"])
         if domains is not None:
             from trojanscope.detectors import domain
 
