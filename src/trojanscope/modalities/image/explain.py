@@ -48,7 +48,7 @@ from trojanscope.modalities.image.context import ImageContext, build_image_conte
 
 HELD_OUT_MAX = 40  # held-out images per class
 IOU_IMAGES = 40  # scenes rendered per model for the planted-mask IoU
-SQUARE_SIDES = (10, 14)  # px: the sides of the squares that name the target (chosen on round1-cpu zoos, stop 74)
+SQUARE_SIDES = (6, 10)  # px: the sides of the squares that name the target (chosen on round1-cpu zoos, stop 67)
 
 
 def explain_image(inputs: ModelInputs, probability: float | None = None, *, top_k: int = 5,
