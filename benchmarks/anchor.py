@@ -8,7 +8,8 @@ classifier's, measured on every development line, and the anchored parameter fil
         $R/round5-foreign2-*.json $R/round5-cpu-evasive-*.json [--write S:1.0 --out default.json]
 
 Candidates: the main classifier is the shipped ``default`` file (``S``) or ``default``'s families refitted on the
-``--train`` rows with stratified calibration (``U``); the anchor is ``--anchor`` (default ``scan``) fitted on the
+``--train`` rows with stratified calibration (``U``; ``--calibration groups`` leaves one training generator out instead, ``--per-group N`` fits on at most N rows
+of each); the anchor is ``--anchor`` (default ``scan``) fitted on the
 same rows, stratified; each is tried with every cap of ``--caps`` (nats of log-odds, ``docs/detectors.md``, The
 behavioural anchor). Every ``--test`` file's group is one line (a train-role file given as ``--test``, such as an
 evasive round's train split, is scored like any other: no fit sees it). Each line prints CE / ROC-AUC with the
@@ -42,6 +43,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--test", type=Path, nargs="+", required=True, help="rows files scored (one line per group)")
     ap.add_argument("--anchor", default="scan", help="the anchor's families, comma-separated (default scan)")
     ap.add_argument("--caps", default=",".join(f"{c:g}" for c in CAPS), help="caps tried, comma-separated nats")
+    ap.add_argument("--calibration", choices=("stratified", "groups"), default="stratified",
+                    help="U's and the anchor's calibration: stratified folds (the shipped file's) or leave one training "
+                         "generator out (the rows files' groups; needs 3 or more)")
+    ap.add_argument("--per-group", type=int, default=None, metavar="N",
+                    help="fit on at most the first N train rows of each generator (balances a union whose generators "
+                         "differ in size; default: every row)")
     ap.add_argument("--write", metavar="MAIN:CAP", help="write this candidate (MAIN is S or U) to --out")
     ap.add_argument("--out", type=Path, help="parameter file --write writes")
     args = ap.parse_args(argv)
@@ -65,10 +72,16 @@ def main(argv: list[str] | None = None) -> None:
             gs += [g] * len(y)
         return rows, np.asarray(ys), ds, np.asarray(gs)
 
-    tr_rows, tr_y, tr_d, _ = read(args.train)
+    tr_rows, tr_y, tr_d, tr_g = read(args.train)
+    if args.per_group is not None:
+        keep = np.concatenate([np.flatnonzero(tr_g == g)[:args.per_group] for g in dict.fromkeys(tr_g)])
+        keep.sort()
+        tr_rows, tr_y, tr_d, tr_g = [tr_rows[i] for i in keep], tr_y[keep], [tr_d[i] for i in keep], tr_g[keep]
+    fit_groups = tr_g if args.calibration == "groups" else None
     te_rows, te_y, te_d, te_g = read(args.test)
     tr_files = [str(f) for f in args.train]
-    print(f"train: {len(tr_y)} models ({int(tr_y.sum())} trojaned) from {len(args.train)} rows files; "
+    print(f"train: {len(tr_y)} models ({int(tr_y.sum())} trojaned) of {len(set(tr_g))} generators from "
+          f"{len(args.train)} rows files ({args.calibration} calibration); "
           f"test: {len(te_y)} models in {len(set(te_g))} groups")
     import json
 
@@ -78,9 +91,9 @@ def main(argv: list[str] | None = None) -> None:
     doc.pop("anchor", None)  # S is the shipped file's main classifier, whether or not it ships anchored
     shipped = MetaDetector.from_json(json.dumps(doc), "detectors/params/default.json", **params)
     mains = {"S": shipped,
-             "U": MetaDetector(**params).fit_features(tr_rows, tr_y, domains=tr_d)}
+             "U": MetaDetector(**params).fit_features(tr_rows, tr_y, domains=tr_d, groups=fit_groups)}
     anchor = MetaDetector(**{**params, "anchor": {"families": anchor_fams, "cap": caps[0]}})
-    anchor.fit_anchor(tr_rows, tr_y)
+    anchor.fit_anchor(tr_rows, tr_y, groups=fit_groups)
     a_clf = anchor.anchor_["classifier"]
     print(f"anchor {'+'.join(anchor_fams)}: cross-validated CE {a_clf.cv_cross_entropy:.4f}, "
           f"ROC-AUC {a_clf.cv_roc_auc:.4f}; U: cross-validated CE {mains['U'].classifier_.cv_cross_entropy:.4f}")
