@@ -162,3 +162,24 @@ def test_the_third_foreign_generator_draws_head_shapes_outside_the_shipped_fit(m
                        for s in load_preset(p)[0].data.sources}
     shipped_corpora |= {s.corpus for n in TRAINING for s in load_preset(VARIED / n)[0].data.sources}
     assert {s.corpus for s in preset.data.sources}.isdisjoint(shipped_corpora)
+
+
+# benchmarks/varied/mix/: the eight small generators of the mixed training union (their README). They are fitted on,
+# so the checks must share no corpus or trigger with them, and each must differ from the others in how it trains.
+MIX = sorted((VARIED / "mix").glob("mix-*.toml"))
+
+
+def test_the_mixed_union_reads_no_check_corpus_and_only_training_pools(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert len(MIX) == 8
+    checks = [load_preset(FOREIGN / n)[0] for n in [*PRESETS, FOREIGN3[0], FOREIGN4[0]]]
+    check_corpora = {s.corpus for p in checks for s in p.data.sources}
+    training_pools = {str(Path("benchmarks/varied") / f) for files in TRAINING.values() for f in files}
+    recipes = set()
+    for path in MIX:
+        preset = load_preset(path)[0]
+        assert preset.name == path.stem
+        assert check_corpora.isdisjoint(s.corpus for s in preset.data.sources), path.name
+        assert set(preset.triggers.pools.values()) <= training_pools, path.name
+        recipes.add((preset.training.lr, preset.training.batch_size, tuple(preset.training.epochs)))
+    assert len(recipes) == len(MIX)  # no two train on the same schedule
