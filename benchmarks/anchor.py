@@ -8,14 +8,14 @@ classifier's, measured on every development line, and the anchored parameter fil
         $R/round5-foreign2-*.json $R/round5-cpu-evasive-*.json [--write S:1.0 --out default.json]
 
 Candidates: the main classifier is the shipped ``default`` file (``S``) or ``default``'s families refitted on the
-``--train`` rows with stratified calibration (``U``; ``--calibration groups`` leaves one training generator out instead, ``--per-group N`` fits on at most N rows
-of each); the anchor is ``--anchor`` (default ``scan``) fitted on the
-same rows, stratified; each is tried with every cap of ``--caps`` (nats of log-odds, ``docs/detectors.md``, The
-behavioural anchor). Every ``--test`` file's group is one line (a train-role file given as ``--test``, such as an
-evasive round's train split, is scored like any other: no fit sees it). Each line prints CE / ROC-AUC with the
-model count, then whether every line is at most ln 2. Models outside the fit's domain are answered 0.5 as the
-detector answers them. ``--write MAIN:CAP --out FILE`` writes that candidate as a ``default`` parameter file (the
-main's own parameters, and the anchor fitted here with its provenance).
+``--train`` rows (``U``); the anchor is ``--anchor`` (default ``scan``) fitted on the same rows. Both fits calibrate
+on stratified folds, or with ``--calibration groups`` leave one training generator out; ``--per-group N`` fits on at
+most the first N rows of each generator. Each candidate is tried with every cap of ``--caps`` (nats of log-odds,
+``docs/detectors.md``, The behavioural anchor). Every ``--test`` file's group is one line (a train-role file given
+as ``--test``, such as an evasive round's train split, is scored like any other: no fit sees it). Each line prints
+CE / ROC-AUC with the model count, then whether every line is at most ln 2. Models outside the fit's domain are
+answered 0.5 as the detector answers them. ``--write MAIN:CAP --out FILE`` writes that candidate as a ``default``
+parameter file (the main's own parameters, and the anchor fitted here with its provenance).
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--anchor", default="scan", help="the anchor's families, comma-separated (default scan)")
     ap.add_argument("--caps", default=",".join(f"{c:g}" for c in CAPS), help="caps tried, comma-separated nats")
     ap.add_argument("--calibration", choices=("stratified", "groups"), default="stratified",
-                    help="U's and the anchor's calibration: stratified folds (the shipped file's) or leave one training "
-                         "generator out (the rows files' groups; needs 3 or more)")
+                    help="U's and the anchor's calibration: stratified folds (the shipped file's) or leave one "
+                         "training generator out (the rows files' groups; needs 3 or more)")
     ap.add_argument("--per-group", type=int, default=None, metavar="N",
                     help="fit on at most the first N train rows of each generator (balances a union whose generators "
                          "differ in size; default: every row)")
