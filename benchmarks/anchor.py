@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> None:
     anchor_fams = tuple(f.strip() for f in args.anchor.split(",") if f.strip())
     if args.write and args.out is None:
         ap.error("--write needs --out")
+    if args.per_group is not None and args.per_group < 1:
+        ap.error("--per-group needs at least 1 row per generator")
 
     spec = DETECTORS.get("default")
     fams = tuple(dict.fromkeys(spec.families + anchor_fams))
@@ -120,12 +122,13 @@ def main(argv: list[str] | None = None) -> None:
         tag, _, cap = args.write.partition(":")
         if tag not in mains or not cap:
             ap.error("--write is MAIN:CAP with MAIN S or U, e.g. S:1.0")
+        fit_by = {"calibration": args.calibration, "per_group": args.per_group}
         det = mains[tag]
         det.anchor = {"families": anchor_fams, "cap": float(cap)}
         det.anchor_ = {**anchor.anchor_, "cap": float(cap),  # the anchor fitted above, not fitted again
                        "trained_on": {**anchor.anchor_["trained_on"], "rows": tr_files,
-                                      "written_by": "benchmarks/anchor.py"}}
-        prov = {} if tag == "S" else {"written_by": "benchmarks/anchor.py", "rows": tr_files}
+                                      "written_by": "benchmarks/anchor.py", **fit_by}}
+        prov = {} if tag == "S" else {"written_by": "benchmarks/anchor.py", "rows": tr_files, **fit_by}
         det.save(args.out, **prov)
         print(f"wrote {args.out}: main {tag}, anchor {'+'.join(anchor_fams)}, cap {float(cap):g}")
 

@@ -97,3 +97,29 @@ def test_scoring_a_real_model_applies_the_anchor_and_says_when_it_binds(zoo_feat
         p_free = float(free.fit_features(rows, labels).score_features([d.features])[0])
         binds = abs(_logit(p_free) - _logit(p_a)) > 0.05
         assert any(w.startswith("bounded by behaviour") for w in d.warnings) == binds
+
+
+def test_the_anchor_benchmark_balances_generators_and_calibrates_by_them(tmp_path, capsys):
+    """benchmarks/anchor.py on kept rows: --per-group caps each generator's rows, --calibration groups leaves one out,
+    and the written file says both."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        import anchor as bench
+    finally:
+        sys.path.remove(str(root / "benchmarks"))
+    rows = root / "benchmarks" / "rows"
+    train = [rows / f"mix-{i}-train-mix{i}.json" for i in (1, 3, 6)]
+    out = tmp_path / "u.json"
+    bench.main(["--train", *map(str, train), "--test", str(rows / "mix-8-train-mix8.json"), "--calibration", "groups",
+                "--per-group", "20", "--caps", "1", "--write", "U:1", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert "train: 60 models (30 trojaned) of 3 generators" in printed and "groups calibration" in printed
+    doc = json.loads(out.read_text())
+    assert doc["trained_on"]["per_group"] == 20 and doc["trained_on"]["calibration"] == "groups"
+    assert doc["anchor"]["trained_on"]["per_group"] == 20
+    with pytest.raises(SystemExit):
+        bench.main(["--train", str(train[0]), "--test", str(train[1]), "--per-group", "0"])
