@@ -4,6 +4,8 @@ answer may move from its own (detectors/meta.py ``anchored``; docs/detectors.md,
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +17,8 @@ from trojanscope.detectors.meta import anchored
 from trojanscope.errors import ConfigError
 
 ANCHOR = {"families": ("scan",), "cap": 1.0}
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # benchmarks/anchor.py, as the other benchmark tests import theirs
 
 
 def _logit(p):
@@ -102,16 +106,9 @@ def test_scoring_a_real_model_applies_the_anchor_and_says_when_it_binds(zoo_feat
 def test_the_anchor_benchmark_balances_generators_and_calibrates_by_them(tmp_path, capsys):
     """benchmarks/anchor.py on kept rows: --per-group caps each generator's rows, --calibration groups leaves one out,
     and the written file says both."""
-    import sys
-    from pathlib import Path
+    import anchor as bench
 
-    root = Path(__file__).resolve().parents[2]
-    sys.path.insert(0, str(root / "benchmarks"))
-    try:
-        import anchor as bench
-    finally:
-        sys.path.remove(str(root / "benchmarks"))
-    rows = root / "benchmarks" / "rows"
+    rows = ROOT / "benchmarks" / "rows"
     train = [rows / f"mix-{i}-train-mix{i}.json" for i in (1, 3, 6)]
     out = tmp_path / "u.json"
     bench.main(["--train", *map(str, train), "--test", str(rows / "mix-8-train-mix8.json"), "--calibration", "groups",
