@@ -1,0 +1,221 @@
+"""Image target rules on one set of probes: each trojaned model's answers to one-colour shapes on its signs, dumped
+once, then any rule over them read as target-label accuracy (issue 49's round1-cpu line).
+
+The shipped image explanation names the target with squares of two sides (``modalities/image/explain.py``,
+``SQUARE_SIDES``). A new rule is chosen on development zoos and read once on a held-out zoo
+(research/detector-history.md); this script is the code both reads run, so the two use the same probes:
+
+    python benchmarks/image_target.py dump --zoo zoos/r1-dev --out /tmp/target-dev [--workers 2]
+    python benchmarks/image_target.py read --dumps /tmp/target-dev [--rules square6+square10,disc8] [--per-model]
+
+``dump`` writes, per trojaned model (the planted pair from its config, or for test and holdout splits from the
+METADATA row its stats keep), ``MODEL.npz``: for every probe of ``PROBES`` (a shape of ``side`` px in each of the
+27 grid colours, stamped on the centroid of each clean example's saliency, as the shipped rule stamps its
+squares) the model's logits on every clean example, with the examples' classes, the planted (source, target) and
+the pair the shipped rule names. It skips models already dumped, so a stopped run resumes. ``read`` prints each
+rule's target-label accuracy (and the source class's) over every dump in the folder. A rule is probes joined by
+``+``: each probe's (source, target) pairs are scored by the *colour excess* of the target's mean softmax
+probability over the source's examples (the best colour less the mean over colours), summed over the rule's
+probes, and the best pair names the target. ``square6+square10`` is the shipped rule; ``read`` checks that it
+names the pair the library named when the model was dumped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+SHAPES = ("square", "disc", "diamond", "triangle", "hexagon")
+PROBES = (*(f"square{s}" for s in (6, 8, 10, 12, 14)), *(f"disc{s}" for s in (6, 8, 10, 12, 14)),
+          "diamond8", "diamond12", "triangle10", "triangle14", "hexagon8", "hexagon12")
+SHIPPED = "square6+square10"
+
+
+def shape_mask(shape: str, side: int) -> np.ndarray:
+    """[side, side] bool: the pixels a ``shape`` of ``side`` px covers (a square covers them all)."""
+    yy, xx = np.mgrid[0:side, 0:side] + 0.5
+    u, v = (xx - side / 2) / (side / 2), (yy - side / 2) / (side / 2)  # pixel centres in [-1, 1]
+    if shape == "square":
+        return np.ones((side, side), bool)
+    if shape == "disc":
+        return u**2 + v**2 <= 1
+    if shape == "diamond":
+        return np.abs(u) + np.abs(v) <= 1
+    if shape == "triangle":  # pointing up
+        return (v <= 0.8) & (v >= -0.9 + 1.7 * np.abs(u))
+    if shape == "hexagon":
+        return (np.abs(v) <= 0.87) & (0.87 * np.abs(u) + 0.5 * np.abs(v) <= 0.87)
+    raise ValueError(f"unknown shape {shape!r}; one of {', '.join(SHAPES)}")
+
+
+def parse_probe(name: str) -> tuple[str, int]:
+    shape = name.rstrip("0123456789")
+    if shape not in SHAPES or shape == name:
+        raise ValueError(f"probe {name!r} is SHAPE followed by a side in px (e.g. disc8); shapes: {', '.join(SHAPES)}")
+    return shape, int(name[len(shape):])
+
+
+def stamp_shape(x: np.ndarray, centres: np.ndarray, mask: np.ndarray, colour: np.ndarray) -> np.ndarray:
+    """A copy of ``x`` [N, 3, S, S] with ``mask``'s pixels set to ``colour`` around each image's centre, shifted
+    inwards where it would leave the frame (as ``blob_scan.stamp_squares`` places its squares)."""
+    out = x.copy()
+    size, side = x.shape[-1], mask.shape[0]
+    for i, (cy, cx) in enumerate(centres):
+        y0 = int(np.clip(cy - side // 2, 0, size - side))
+        x0 = int(np.clip(cx - side // 2, 0, size - side))
+        out[i, :, y0 : y0 + side, x0 : x0 + side][:, mask] = colour[:, None]
+    return out
+
+
+def dump_model(model_dir: Path, dest: Path, probes: tuple[str, ...] = PROBES) -> float:
+    """Write ``dest`` for one trojaned model (see the module's docstring); the seconds it took."""
+    from trojanscope.detectors.learned import inputs_for_model_dir
+    from trojanscope.modalities.image.context import build_image_context
+    from trojanscope.modalities.image.explain import square_pair
+    from trojanscope.modalities.image.features.blob_scan import COLOURS, centre
+    from trojanscope.scoring.explanations import planted
+
+    t0 = time.perf_counter()
+    trig = planted(model_dir)[0]
+    ctx = build_image_context(inputs_for_model_dir(model_dir))
+    centres = centre(ctx)
+    named = square_pair(ctx)
+    out = {"y": ctx.y, "truth": np.array([-1 if trig.get("source_class") is None else trig["source_class"],
+                                          trig["target_class"]]),
+           "shipped": np.array(named[:2] if named else (-1, -1))}
+    for probe in probes:
+        shape, side = parse_probe(probe)
+        mask = shape_mask(shape, min(side, ctx.x.shape[-1]))
+        batch = np.concatenate([stamp_shape(ctx.x, centres, mask, colour) for colour in COLOURS])
+        out[probe] = ctx.logits(batch).reshape(len(COLOURS), len(ctx.x), -1).astype(np.float32)
+    tmp = dest.with_name(dest.name + ".part.npz")
+    np.savez_compressed(tmp, **out)
+    tmp.replace(dest)  # a stopped run leaves no half-written dump under the final name
+    return time.perf_counter() - t0
+
+
+def colour_excess(logits: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """[C, C] from one probe's logits [colours, N, C]: per (source, target), the target's mean softmax probability
+    over the source's examples at the best colour less its mean over colours; -inf on the diagonal and for sources
+    without examples (the shipped rule's score, ``sign_squares.colour_excess`` on ``square_responses``)."""
+    from scipy.special import softmax
+
+    prob = softmax(logits.astype(np.float64), axis=-1)
+    c = prob.shape[-1]
+    out = np.full((c, c), -np.inf)
+    for s in range(c):
+        if (y == s).any():
+            mean = prob[:, y == s].mean(1)  # [colours, C]
+            out[s] = mean.max(0) - mean.mean(0)
+    out[np.eye(c, dtype=bool)] = -np.inf
+    return out
+
+
+def named_pair(dump: dict[str, np.ndarray], rule: str) -> tuple[int, int]:
+    """The (source, target) a rule names from one model's dump."""
+    score = sum(colour_excess(dump[p], dump["y"]) for p in rule.split("+"))
+    s, t = np.unravel_index(np.argmax(score), score.shape)
+    return int(s), int(t)
+
+
+def dump(args: argparse.Namespace) -> None:
+    from trojanscope.models.layout import list_model_dirs
+    from trojanscope.scoring.explanations import planted
+
+    probes = tuple(args.probes.split(",")) if args.probes else PROBES
+    for p in probes:
+        parse_probe(p)
+    models = [d for d in list_model_dirs(args.zoo) if planted(d)]
+    if not models:
+        sys.exit(f"{args.zoo}: no trojaned model folders (a zoo built by `trojanscope zoo make`)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    todo = [d for d in models if not (args.out / f"{d.name}.npz").exists()]
+    print(f"{len(models)} trojaned models, {len(models) - len(todo)} already dumped in {args.out}", flush=True)
+    jobs = [(d, args.out / f"{d.name}.npz", probes) for d in todo]
+    if args.workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(args.workers, initializer=_one_thread) as ex:
+            for (d, _, _), sec in zip(jobs, ex.map(_dump_job, jobs), strict=True):
+                print(f"{d.name} {sec:.1f}s", flush=True)
+    else:
+        _one_thread()
+        for job in jobs:
+            print(f"{job[0].name} {_dump_job(job):.1f}s", flush=True)
+
+
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _dump_job(job: tuple[Path, Path, tuple[str, ...]]) -> float:
+    return dump_model(*job)
+
+
+def read(args: argparse.Namespace) -> dict[str, tuple[int, int, int]]:
+    files = sorted(f for f in args.dumps.glob("*.npz") if not f.name.endswith(".part.npz"))
+    if not files:
+        sys.exit(f"{args.dumps}: no dumps; write them with `python benchmarks/image_target.py dump`")
+    dumps = {f.stem: dict(np.load(f)) for f in files}
+    available = set.intersection(*(set(d) for d in dumps.values())) - {"y", "truth", "shipped"}
+    rules = args.rules.split(",") if args.rules else [SHIPPED, *sorted(available)]
+    for rule in rules:
+        missing = [p for p in rule.split("+") if p not in available]
+        if missing:
+            sys.exit(f"rule {rule}: probes {', '.join(missing)} are not in every dump of {args.dumps}")
+    results: dict[str, tuple[int, int, int]] = {}
+    per_model = []
+    for name, d in dumps.items():
+        s, t = (int(v) for v in d["truth"])
+        if named_pair(d, SHIPPED) != tuple(int(v) for v in d["shipped"]):
+            print(f"{name}: {SHIPPED} here names {named_pair(d, SHIPPED)}, the library named "
+                  f"{tuple(d['shipped'])} (ties?)")
+        row = []
+        for rule in rules:
+            ns, nt = named_pair(d, rule)
+            hit_t, hit_s = int(nt == t), int(ns == s)
+            n, ht, hs = results.get(rule, (0, 0, 0))
+            results[rule] = (n + 1, ht + hit_t, hs + hit_s)
+            row.append("+" if hit_t else "-")
+        per_model.append(f"{name} planted {s}->{t} " + "".join(row))
+    n = len(dumps)
+    print(f"{n} trojaned models in {args.dumps}")
+    print(f"{'rule':<40} {'target':>14} {'source':>14}")
+    for rule, (_, ht, hs) in sorted(results.items(), key=lambda kv: (-kv[1][1], kv[0])):
+        print(f"{rule:<40} {ht:>4} ({ht / n:.3f}) {hs:>4} ({hs / n:.3f})")
+    if args.per_model:
+        print("per model, target named right (+) or wrong (-), rules in the order given:")
+        print("\n".join(per_model))
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("dump", help="probe every trojaned model of a zoo once")
+    d.add_argument("--zoo", type=Path, required=True)
+    d.add_argument("--out", type=Path, required=True, help="folder of the dumps (one .npz per model)")
+    d.add_argument("--probes", default=None, help=f"comma-separated (default: {','.join(PROBES)})")
+    d.add_argument("--workers", type=int, default=1)
+    r = sub.add_parser("read", help="target-label accuracy of rules over the dumps")
+    r.add_argument("--dumps", type=Path, required=True)
+    r.add_argument("--rules", default=None, help=f"comma-separated rules, probes joined by + (default: {SHIPPED} "
+                   "and every probe alone)")
+    r.add_argument("--per-model", action="store_true", help="also print each model's hits, rule by rule")
+    args = ap.parse_args(argv)
+    if args.command == "dump":
+        if args.workers < 1:
+            ap.error("--workers must be at least 1")
+        dump(args)
+    else:
+        read(args)
+
+
+if __name__ == "__main__":
+    main()

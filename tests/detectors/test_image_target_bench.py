@@ -1,0 +1,66 @@
+"""benchmarks/image_target.py: the probes' dump and the rules read over it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import image_target  # noqa: E402
+
+
+@pytest.mark.parametrize("shape", image_target.SHAPES)
+def test_each_shape_is_centred_symmetric_and_inside_its_square(shape):
+    for side in (6, 10, 14):
+        m = image_target.shape_mask(shape, side)
+        assert m.shape == (side, side)
+        assert 0.25 * side * side < m.sum() <= side * side
+        assert (m == m[:, ::-1]).all()  # left-right symmetric: no shape leans to one side of the sign
+    assert image_target.shape_mask("square", 6).all()
+    assert not image_target.shape_mask("disc", 10)[0, 0]  # a disc leaves the corners
+
+
+def test_probe_names_are_checked():
+    assert image_target.parse_probe("disc8") == ("disc", 8)
+    for bad in ("disc", "star8", "8"):
+        with pytest.raises(ValueError, match="SHAPE followed by a side"):
+            image_target.parse_probe(bad)
+
+
+def test_colour_excess_names_the_pair_one_colour_moves():
+    """Source 0's examples go to class 2 for colour 3 alone; source 1's go to 0 for every colour (a look-alike
+    pair, which the excess over colours discounts)."""
+    colours, c = 27, 3
+    y = np.array([0, 0, 1, 1, 2, 2])
+    logits = np.zeros((colours, len(y), c))
+    logits[:, y == 1, 0] = 5.0
+    logits[3][:, 2][y == 0] = 5.0
+    exc = image_target.colour_excess(logits, y)
+    assert np.isneginf(np.diag(exc)).all()
+    s, t = np.unravel_index(np.argmax(exc), exc.shape)
+    assert (s, t) == (0, 2)
+    dump = {"y": y, "a": logits, "b": logits}
+    assert image_target.named_pair(dump, "a+b") == (0, 2)
+
+
+def test_dump_and_read_on_a_tiny_zoo(tiny_image_zoo, tmp_path, capsys):
+    out = tmp_path / "dumps"
+    image_target.main(["dump", "--zoo", str(tiny_image_zoo), "--out", str(out), "--probes", "square6,square10,disc8"])
+    files = sorted(out.glob("*.npz"))
+    assert files and not list(out.glob("*.part.npz"))
+    d = dict(np.load(files[0]))
+    assert d["square6"].shape[0] == 27 and d["square6"].shape[1] == len(d["y"])
+    assert image_target.named_pair(d, image_target.SHIPPED) == tuple(int(v) for v in d["shipped"])
+    capsys.readouterr()
+    image_target.main(["dump", "--zoo", str(tiny_image_zoo), "--out", str(out), "--probes", "square6,square10,disc8"])
+    assert f"{len(files)} already dumped" in capsys.readouterr().out  # resumes: nothing probed twice
+    results = image_target.read(image_target.argparse.Namespace(dumps=out, rules="square6+square10,disc8",
+                                                                 per_model=False))
+    assert set(results) == {"square6+square10", "disc8"}
+    assert all(n == len(files) and 0 <= hit <= n for n, hit, _ in results.values())
+    with pytest.raises(SystemExit, match="not in every dump"):
+        image_target.main(["read", "--dumps", str(out), "--rules", "hexagon8"])
