@@ -8,16 +8,17 @@ The shipped image explanation names the target with squares of two sides (``moda
     python benchmarks/image_target.py dump --zoo zoos/r1-dev --out /tmp/target-dev [--workers 2]
     python benchmarks/image_target.py read --dumps /tmp/target-dev [--rules square6+square10,disc8] [--per-model]
 
-``dump`` writes, per trojaned model (the planted pair from its config, or for test and holdout splits from the
-METADATA row its stats keep), ``MODEL.npz``: for every probe of ``PROBES`` (a shape of ``side`` px in each of the
-27 grid colours, stamped on the centroid of each clean example's saliency, as the shipped rule stamps its
-squares) the model's logits on every clean example, with the examples' classes, the planted (source, target) and
-the pair the shipped rule names. It skips models already dumped, so a stopped run resumes. ``read`` prints each
-rule's target-label accuracy (and the source class's) over every dump in the folder. A rule is probes joined by
-``+``: each probe's (source, target) pairs are scored by the *colour excess* of the target's mean softmax
-probability over the source's examples (the best colour less the mean over colours), summed over the rule's
-probes, and the best pair names the target. ``square6+square10`` is the shipped rule; ``read`` checks that it
-names the pair the library named when the model was dumped.
+``dump`` writes, per released trojaned model (the planted pair from its config, or for test and holdout splits
+from the METADATA row its stats keep), ``MODEL.npz``: for every probe of ``PROBES`` (a shape of ``side`` px in each
+of the 27 grid colours, stamped on the centroid of each clean example's saliency, as the shipped rule stamps its
+squares) the model's logits on every clean example, with the examples' classes, the planted (source, target), the
+pair the shipped rule names and the model's master seed (which tells a later draw under the same name apart). It
+skips models already dumped, so a stopped run resumes, and models that missed their bars (a running build moves
+them out afterwards). ``read`` prints each rule's target-label accuracy (and the source class's) over every dump in
+the folder. A rule is probes joined by ``+``: each probe's (source, target) pairs are scored by the *colour excess*
+of the target's mean softmax probability over the source's examples (the best colour less the mean over colours),
+summed over the rule's probes, and the best pair names the target. ``square6+square10`` is the shipped rule;
+``read`` checks that it names the pair the library named when the model was dumped.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ def dump_model(model_dir: Path, dest: Path, probes: tuple[str, ...] = PROBES) ->
     from trojanscope.modalities.image.context import build_image_context
     from trojanscope.modalities.image.explain import square_pair
     from trojanscope.modalities.image.features.blob_scan import COLOURS, centre
+    from trojanscope.models.layout import read_config
     from trojanscope.scoring.explanations import planted
 
     t0 = time.perf_counter()
@@ -86,7 +88,8 @@ def dump_model(model_dir: Path, dest: Path, probes: tuple[str, ...] = PROBES) ->
     named = square_pair(ctx)
     out = {"y": ctx.y, "truth": np.array([-1 if trig.get("source_class") is None else trig["source_class"],
                                           trig["target_class"]]),
-           "shipped": np.array(named[:2] if named else (-1, -1))}
+           "shipped": np.array(named[:2] if named else (-1, -1)),
+           "master_seed": np.array(int(read_config(model_dir).get("master_seed", -1)))}
     for probe in probes:
         shape, side = parse_probe(probe)
         mask = shape_mask(shape, min(side, ctx.x.shape[-1]))
@@ -129,7 +132,7 @@ def dump(args: argparse.Namespace) -> None:
     probes = tuple(args.probes.split(",")) if args.probes else PROBES
     for p in probes:
         parse_probe(p)
-    models = [d for d in list_model_dirs(args.zoo) if planted(d)]
+    models = [d for d in list_model_dirs(args.zoo) if planted(d) and _released(d)]
     if not models:
         sys.exit(f"{args.zoo}: no trojaned model folders (a zoo built by `trojanscope zoo make`)")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -148,6 +151,17 @@ def dump(args: argparse.Namespace) -> None:
             print(f"{job[0].name} {_dump_job(job):.1f}s", flush=True)
 
 
+def _released(model_dir: Path) -> bool:
+    """Whether the model passed its bars: a build that is still running moves a draw that missed them out of
+    ``models/`` only after writing it there, and a fresh draw then takes its name."""
+    import json
+
+    try:
+        return json.loads((model_dir / "model_stats.json").read_text())["metadata"].get("converged") is True
+    except (OSError, ValueError, KeyError, AttributeError):
+        return False
+
+
 def _one_thread() -> None:
     import torch
 
@@ -163,7 +177,7 @@ def read(args: argparse.Namespace) -> dict[str, tuple[int, int, int]]:
     if not files:
         sys.exit(f"{args.dumps}: no dumps; write them with `python benchmarks/image_target.py dump`")
     dumps = {f.stem: dict(np.load(f)) for f in files}
-    available = set.intersection(*(set(d) for d in dumps.values())) - {"y", "truth", "shipped"}
+    available = set.intersection(*(set(d) for d in dumps.values())) - {"y", "truth", "shipped", "master_seed"}
     rules = args.rules.split(",") if args.rules else [SHIPPED, *sorted(available)]
     for rule in rules:
         missing = [p for p in rule.split("+") if p not in available]
