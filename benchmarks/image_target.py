@@ -104,18 +104,21 @@ def dump_model(model_dir: Path, dest: Path, probes: tuple[str, ...] = PROBES) ->
 def colour_excess(logits: np.ndarray, y: np.ndarray) -> np.ndarray:
     """[C, C] from one probe's logits [colours, N, C]: per (source, target), the target's mean softmax probability
     over the source's examples at the best colour less its mean over colours; -inf on the diagonal and for sources
-    without examples (the shipped rule's score, ``sign_squares.colour_excess`` on ``square_responses``)."""
+    without examples. The shipped rule's score: its probabilities laid out as ``blob_scan.square_responses`` lays
+    them out, read by ``sign_squares.colour_excess``."""
+    from types import SimpleNamespace
+
     from scipy.special import softmax
+
+    from trojanscope.modalities.image.features.sign_squares import colour_excess as shipped_excess
 
     prob = softmax(logits.astype(np.float64), axis=-1)
     c = prob.shape[-1]
-    out = np.full((c, c), -np.inf)
+    probs = np.zeros((c, c, prob.shape[0]))  # [source, target, colour]
     for s in range(c):
         if (y == s).any():
-            mean = prob[:, y == s].mean(1)  # [colours, C]
-            out[s] = mean.max(0) - mean.mean(0)
-    out[np.eye(c, dtype=bool)] = -np.inf
-    return out
+            probs[s] = prob[:, y == s].mean(1).T
+    return shipped_excess(SimpleNamespace(y=y, n_classes=c), probs)
 
 
 def named_pair(dump: dict[str, np.ndarray], rule: str) -> tuple[int, int]:
@@ -127,12 +130,13 @@ def named_pair(dump: dict[str, np.ndarray], rule: str) -> tuple[int, int]:
 
 def dump(args: argparse.Namespace) -> None:
     from trojanscope.models.layout import list_model_dirs
+    from trojanscope.rounds.zoo import converged
     from trojanscope.scoring.explanations import planted
 
     probes = tuple(args.probes.split(",")) if args.probes else PROBES
     for p in probes:
         parse_probe(p)
-    models = [d for d in list_model_dirs(args.zoo) if planted(d) and _released(d)]
+    models = [d for d in list_model_dirs(args.zoo) if planted(d) and converged(d)]
     if not models:
         sys.exit(f"{args.zoo}: no trojaned model folders (a zoo built by `trojanscope zoo make`)")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -149,17 +153,6 @@ def dump(args: argparse.Namespace) -> None:
         _one_thread()
         for job in jobs:
             print(f"{job[0].name} {_dump_job(job):.1f}s", flush=True)
-
-
-def _released(model_dir: Path) -> bool:
-    """Whether the model passed its bars: a build that is still running moves a draw that missed them out of
-    ``models/`` only after writing it there, and a fresh draw then takes its name."""
-    import json
-
-    try:
-        return json.loads((model_dir / "model_stats.json").read_text())["metadata"].get("converged") is True
-    except (OSError, ValueError, KeyError, AttributeError):
-        return False
 
 
 def _one_thread() -> None:

@@ -226,7 +226,7 @@ def _make(preset: AnyPreset, raw: str, split: str, indices: range, out: Path, ro
         shutil.rmtree(leftover, ignore_errors=True)
     done = set()
     for d in list_model_dirs(out):
-        if keep_failed or _converged(d):
+        if keep_failed or converged(d):
             done.add(d.name)
         elif model_index(d.name) in indices:  # left by a run that stopped before replacing it
             retire_failed(out, d.name, next_draw(out, d.name), _stats(d))
@@ -254,7 +254,9 @@ def _stats(model_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text())["metadata"] if path.is_file() else {}
 
 
-def _converged(model_dir: Path) -> bool:
+def converged(model_dir: Path) -> bool:
+    """Whether a zoo's model passed its bars (a build writes a draw that missed them into ``models/`` before it
+    moves it to ``failed/``, so a reader of a zoo still being built checks this)."""
     return _stats(model_dir).get("converged") is True
 
 
