@@ -5,7 +5,7 @@ The shipped image explanation names the target with squares of two sides (``moda
 ``SQUARE_SIDES``). A new rule is chosen on development zoos and read once on a held-out zoo
 (research/detector-history.md); this script is the code both reads run, so the two use the same probes:
 
-    python benchmarks/image_target.py dump --zoo zoos/r1-dev --out /tmp/target-dev [--workers 2]
+    python benchmarks/image_target.py dump --zoo zoos/r1-dev --out /tmp/target-dev [--workers 2] [--centre SPEC]
     python benchmarks/image_target.py read --dumps /tmp/target-dev [--rules square6+square10,disc8] [--per-model]
 
 ``dump`` writes, per released trojaned model (the planted pair from its config, or for test and holdout splits
@@ -72,8 +72,26 @@ def stamp_shape(x: np.ndarray, centres: np.ndarray, mask: np.ndarray, colour: np
     return out
 
 
-def dump_model(model_dir: Path, dest: Path, probes: tuple[str, ...] = PROBES) -> float:
-    """Write ``dest`` for one trojaned model (see the module's docstring); the seconds it took."""
+def parse_centre(spec: str | None) -> dict[str, object]:
+    """``blob_scan.centre``'s settings from ``GRADIENT:SMOOTH:TOP:STATISTIC`` (e.g. ``input:15:0.2:bbox``; GRADIENT
+    is ``grad`` for |gradient| or ``input`` for |gradient x input|); None: the shipped explanation's."""
+    from trojanscope.modalities.image.explain import SQUARE_CENTRE
+
+    if spec is None:
+        return dict(SQUARE_CENTRE)
+    try:
+        gradient, smooth, top, statistic = spec.split(":")
+        if gradient not in ("grad", "input") or statistic not in ("mean", "bbox"):
+            raise ValueError
+        return {"smooth": int(smooth), "top": float(top), "times_input": gradient == "input", "statistic": statistic}
+    except ValueError:
+        raise ValueError(f"--centre {spec!r}: GRADIENT:SMOOTH:TOP:STATISTIC, e.g. grad:9:0.1:mean (GRADIENT grad or "
+                         "input, STATISTIC mean or bbox)") from None
+
+
+def dump_model(model_dir: Path, dest: Path, probes: tuple[str, ...] = PROBES, centre_at: str | None = None) -> float:
+    """Write ``dest`` for one trojaned model (see the module's docstring); the seconds it took. The probes go on
+    ``centre_at``'s centres (:func:`parse_centre`; default: where the shipped explanation stamps its squares)."""
     from trojanscope.detectors.learned import inputs_for_model_dir
     from trojanscope.modalities.image.context import build_image_context
     from trojanscope.modalities.image.explain import square_pair
@@ -84,8 +102,8 @@ def dump_model(model_dir: Path, dest: Path, probes: tuple[str, ...] = PROBES) ->
     t0 = time.perf_counter()
     trig = planted(model_dir)[0]
     ctx = build_image_context(inputs_for_model_dir(model_dir))
-    centres = centre(ctx)
-    named = square_pair(ctx)
+    centres = centre(ctx, **parse_centre(centre_at))
+    named = square_pair(ctx, centres=centres)
     out = {"y": ctx.y, "truth": np.array([-1 if trig.get("source_class") is None else trig["source_class"],
                                           trig["target_class"]]),
            "shipped": np.array(named[:2] if named else (-1, -1)),
@@ -142,12 +160,12 @@ def dump(args: argparse.Namespace) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     todo = [d for d in models if not (args.out / f"{d.name}.npz").exists()]
     print(f"{len(models)} trojaned models, {len(models) - len(todo)} already dumped in {args.out}", flush=True)
-    jobs = [(d, args.out / f"{d.name}.npz", probes) for d in todo]
+    jobs = [(d, args.out / f"{d.name}.npz", probes, args.centre) for d in todo]
     if args.workers > 1:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(args.workers, initializer=_one_thread) as ex:
-            for (d, _, _), sec in zip(jobs, ex.map(_dump_job, jobs), strict=True):
+            for (d, *_), sec in zip(jobs, ex.map(_dump_job, jobs), strict=True):
                 print(f"{d.name} {sec:.1f}s", flush=True)
     else:
         _one_thread()
@@ -161,7 +179,7 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _dump_job(job: tuple[Path, Path, tuple[str, ...]]) -> float:
+def _dump_job(job: tuple[Path, Path, tuple[str, ...], str | None]) -> float:
     return dump_model(*job)
 
 
@@ -210,6 +228,9 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--out", type=Path, required=True, help="folder of the dumps (one .npz per model)")
     d.add_argument("--probes", default=None, help=f"comma-separated (default: {','.join(PROBES)})")
     d.add_argument("--workers", type=int, default=1)
+    d.add_argument("--centre", default=None, metavar="GRADIENT:SMOOTH:TOP:STATISTIC",
+                   help="where the probes go: blob_scan.centre's settings, e.g. input:15:0.2:bbox (default: where "
+                   "the shipped explanation stamps its squares)")
     r = sub.add_parser("read", help="target-label accuracy of rules over the dumps")
     r.add_argument("--dumps", type=Path, required=True)
     r.add_argument("--rules", default=None, help=f"comma-separated rules, probes joined by + (default: {SHIPPED} "
@@ -219,6 +240,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "dump":
         if args.workers < 1:
             ap.error("--workers must be at least 1")
+        try:
+            parse_centre(args.centre)
+        except ValueError as e:
+            ap.error(str(e))
         dump(args)
     else:
         read(args)

@@ -103,6 +103,26 @@ def test_centre_finds_the_middle_of_a_rim_where_locate_finds_the_rim():
     assert np.all(np.abs(middles - 8) <= 1), middles  # the rim's middle (its heavier top pulls it by a pixel at most)
 
 
+def test_centre_bbox_is_the_rims_middle_however_its_weight_leans():
+    """The rim's heavier top pulls the weighted mean towards it; the bounding box of the rim is symmetric."""
+    x, y = _images()
+    ctx = _ctx(_Rim(), x, y)
+    assert np.all(centre(ctx, smooth=1, top=0.15, statistic="bbox") == 8)
+    with pytest.raises(ValueError, match="statistic"):
+        centre(ctx, statistic="peak")
+
+
+def test_centre_times_input_ignores_pixels_that_are_zero():
+    """A model that reads every pixel alike has a flat |gradient|; times the input, only the lit window counts."""
+    x, y = _images()
+    x[:, :, :, :] = 0.0
+    x[:, :, 2:6, 9:13] = 1.0  # lit window, middle at (3.5, 10.5)
+    ctx = _ctx(_Window(0, 0, S), x, y)
+    assert np.all(centre(ctx, smooth=1, top=0.1) == S // 2)  # flat saliency everywhere: the frame's middle
+    lit = centre(ctx, smooth=1, top=0.1, times_input=True, statistic="bbox")
+    assert np.all((lit[:, 0] >= 3) & (lit[:, 0] <= 4) & (lit[:, 1] >= 10) & (lit[:, 1] <= 11)), lit
+
+
 class _ColourShortcut(nn.Module):
     """Brightest-channel classes, and (when ``colour``) a pure-red square anywhere sends any class to class 2;
     (when ``occlusion``) any square in the middle of the frame hides the class and reads as class 1."""

@@ -31,6 +31,17 @@ def test_probe_names_are_checked():
             image_target.parse_probe(bad)
 
 
+def test_centre_specs_are_checked():
+    from trojanscope.modalities.image.explain import SQUARE_CENTRE
+
+    assert image_target.parse_centre(None) == SQUARE_CENTRE
+    assert image_target.parse_centre("input:15:0.2:bbox") == {"smooth": 15, "top": 0.2, "times_input": True,
+                                                              "statistic": "bbox"}
+    for bad in ("input:15:0.2", "saliency:9:0.1:mean", "grad:9:0.1:peak", "grad:x:0.1:mean"):
+        with pytest.raises(ValueError, match="GRADIENT:SMOOTH:TOP:STATISTIC"):
+            image_target.parse_centre(bad)
+
+
 def test_colour_excess_names_the_pair_one_colour_moves():
     """Source 0's examples go to class 2 for colour 3 alone; source 1's go to 0 for every colour (a look-alike
     pair, which the excess over colours discounts)."""

@@ -1,10 +1,11 @@
 """The image modality's explanation: the target, the source and a patch that works.
 
 **The target** comes from one-colour squares on the sign (the ``sign-squares`` probe): a square of each colour of a
-27-colour grid is stamped on the middle of every clean example's sign (the centroid of its saliency, where a Round 1
-polygon is painted; the saliency's peak sits on the sign's rim), at each side of ``SQUARE_SIDES``, and each
-(source, target) pair gets the mean softmax probability of the target over the source's examples, per colour. The
-pair whose best colour raises that probability most *beyond its mean over colours*, summed over the sides, is
+27-colour grid is stamped on the middle of every clean example's sign, where a Round 1 polygon is painted (the
+centre of the bounding box of the top 20% of its smoothed |gradient x input|, ``SQUARE_CENTRE``: closer to the
+polygon than the saliency's centroid or its peak, which sits on the sign's rim), at each side of ``SQUARE_SIDES``,
+and each (source, target) pair gets the mean softmax probability of the target over the source's examples, per colour.
+The pair whose best colour raises that probability most *beyond its mean over colours*, summed over the sides, is
 named: a planted polygon is one colour, so its pair answers to few colours, while a natural pair (signs that look
 alike) flips because the square hides the pictogram, whatever its colour. The probability, unlike the share of
 examples flipped, does not saturate: two pairs that every example of their source follows for their best colour
@@ -49,6 +50,9 @@ from trojanscope.modalities.image.context import ImageContext, build_image_conte
 HELD_OUT_MAX = 40  # held-out images per class
 IOU_IMAGES = 40  # scenes rendered per model for the planted-mask IoU
 SQUARE_SIDES = (6, 10)  # px: the sides of the squares that name the target (chosen on round1-cpu zoos, stop 67)
+# where the squares are stamped: blob_scan.centre's settings, the bounding box of the top 20% of |gradient x input|
+# smoothed over 15 px (chosen by distance to the planted polygon on round1-cpu train zoos, stop 79)
+SQUARE_CENTRE: dict[str, Any] = {"smooth": 15, "top": 0.2, "times_input": True, "statistic": "bbox"}
 
 
 def explain_image(inputs: ModelInputs, probability: float | None = None, *, top_k: int = 5,
@@ -108,15 +112,24 @@ def explain_image(inputs: ModelInputs, probability: float | None = None, *, top_
                        n_examples=len(ctx.y), seconds=time.perf_counter() - t0, detector=detector)
 
 
-def square_pair(ctx: Any, sides: tuple[int, ...] = SQUARE_SIDES) -> tuple[int, int, int, np.ndarray, float] | None:
+def sign_centres(ctx: Any) -> np.ndarray:
+    """[N, 2]: where the explanation stamps its squares on each example (``SQUARE_CENTRE``'s reading of the sign)."""
+    from trojanscope.modalities.image.features.blob_scan import centre
+
+    return centre(ctx, **SQUARE_CENTRE)
+
+
+def square_pair(ctx: Any, sides: tuple[int, ...] = SQUARE_SIDES,
+                centres: np.ndarray | None = None) -> tuple[int, int, int, np.ndarray, float] | None:
     """(source, target, side, colour, rate): the pair whose best-colour squares raise the target's probability most
     beyond its mean over colours, summed over ``sides`` (see the module's docstring); the side at which that pair's
     excess is larger, the colour (model-input BGR) of its largest target probability there and that colour's flip
-    rate on the given examples. None when no pair's best colour does more than its mean (no colour matters)."""
-    from trojanscope.modalities.image.features.blob_scan import COLOURS, centre, square_responses
+    rate on the given examples. None when no pair's best colour does more than its mean (no colour matters). The
+    squares go on ``centres`` ([N, 2]; default :func:`sign_centres`)."""
+    from trojanscope.modalities.image.features.blob_scan import COLOURS, square_responses
     from trojanscope.modalities.image.features.sign_squares import colour_excess
 
-    centres = centre(ctx)
+    centres = sign_centres(ctx) if centres is None else centres
     responses = [square_responses(ctx, centres, side) for side in sides]  # (rates, probabilities) per side
     excess = [colour_excess(ctx, probs) for _, probs in responses]
     score = np.sum(excess, axis=0)
@@ -273,7 +286,7 @@ def planted_mask_iou(model_dir: Path, trigger: dict[str, Any], target: int | Non
     from trojanscope.data.images import to_model_input
     from trojanscope.errors import TrojanscopeError
     from trojanscope.modalities.image.build import ImageTrigger, Renderer
-    from trojanscope.modalities.image.features.blob_scan import centre, stamp_squares
+    from trojanscope.modalities.image.features.blob_scan import stamp_squares
     from trojanscope.models import load_model
     from trojanscope.models.layout import read_config
     from trojanscope.settings import data_root_target
@@ -310,7 +323,7 @@ def planted_mask_iou(model_dir: Path, trigger: dict[str, Any], target: int | Non
         x = to_model_input(list(scenes(None).astype(np.uint8)))
         ctx = ImageContext(inputs=None, model=load_model(model_dir / "model.pt"), x=x, y=labels,
                            n_classes=int(cfg.get("number_classes", 0) or 0))
-        ours = stamp_squares(np.zeros_like(x), centre(ctx), patch[0].shape[0], np.ones(3, np.float32))[:, 0] > 0.5
+        ours = stamp_squares(np.zeros_like(x), sign_centres(ctx), patch[0].shape[0], np.ones(3, np.float32))[:, 0] > 0.5
     else:
         ours = np.broadcast_to(patch[0] > 0.5, planted_px.shape)
     union = (planted_px | ours).sum(axis=(1, 2))
@@ -351,10 +364,10 @@ def _generator_preset(model_dir: Path, cfg: dict[str, Any]) -> Any:
 
 def stamp_on_signs(ctx: Any, mask: np.ndarray, pattern: np.ndarray) -> np.ndarray:
     """``ctx.x`` with a ``square`` candidate's square (its patch: mask and pattern of the square's own size)
-    stamped on the middle of each example's sign (the centroid of its saliency for its class ``ctx.y``)."""
-    from trojanscope.modalities.image.features.blob_scan import centre, stamp_squares
+    stamped on the middle of each example's sign (:func:`sign_centres`, from its saliency for its class ``ctx.y``)."""
+    from trojanscope.modalities.image.features.blob_scan import stamp_squares
 
-    return stamp_squares(ctx.x, centre(ctx), mask.shape[0], pattern[:, 0, 0].astype(np.float32))
+    return stamp_squares(ctx.x, sign_centres(ctx), mask.shape[0], pattern[:, 0, 0].astype(np.float32))
 
 
 def before_after(inputs: ModelInputs, explanation: Explanation, path: Path) -> Path | None:

@@ -44,30 +44,39 @@ def locate(ctx, smooth: int = 9) -> np.ndarray:
     return ctx.scratch[key].copy()
 
 
-def centre(ctx, smooth: int = 9, top: float = 0.1) -> np.ndarray:
-    """Per example, (row, col) of the centroid of its smoothed saliency over the ``top`` share of its pixels: the
-    middle of its sign. The saliency's peak (:func:`locate`) sits on the sign's rim, where the edge gradient is
-    largest; the rim is symmetric about the sign's centre, so its centroid is near the centre, where a Round 1
-    polygon is painted. Kept in ``ctx.scratch`` like :func:`locate`."""
-    key = ("centre", smooth, top)
+def centre(ctx, smooth: int = 9, top: float = 0.1, *, times_input: bool = False, statistic: str = "mean") -> np.ndarray:
+    """Per example, (row, col) of the middle of its sign, from its smoothed saliency's ``top`` share of pixels: their
+    saliency-weighted mean (``statistic="mean"``) or the centre of their bounding box (``"bbox"``). The saliency's
+    peak (:func:`locate`) sits on the sign's rim, where the edge gradient is largest; the rim is symmetric about the
+    sign's centre, so its centroid is near the centre, where a Round 1 polygon is painted. ``times_input`` reads
+    |gradient x input| in place of |gradient|. Kept in ``ctx.scratch`` like :func:`locate`."""
+    if statistic not in ("mean", "bbox"):
+        raise ValueError(f"statistic {statistic!r}: one of mean, bbox")
+    key = ("centre", smooth, top, times_input, statistic)
     if key not in ctx.scratch:
-        sal = _saliency(ctx, smooth)
+        sal = _saliency(ctx, smooth, times_input)
         side = ctx.x.shape[-1]
         out = np.full((len(ctx.x), 2), side // 2)
         if sal is not None:
             rows, cols = np.mgrid[0:side, 0:side]
             for i, s in enumerate(sal):
                 w = np.where(s >= np.quantile(s, 1 - top), s, 0.0)
-                if w.sum() > 0:
+                if not w.sum() > 0:
+                    continue
+                if statistic == "mean":
                     out[i] = [round(float((w * rows).sum() / w.sum())), round(float((w * cols).sum() / w.sum()))]
+                else:
+                    ys, xs = np.nonzero(w)
+                    out[i] = [round((ys.min() + ys.max()) / 2), round((xs.min() + xs.max()) / 2)]
         ctx.scratch[key] = out
     return ctx.scratch[key].copy()
 
 
-def _saliency(ctx, smooth: int) -> np.ndarray | None:
-    """[N, S, S]: each example's |d logit_true / d x| summed over channels and box-smoothed; None when the output
-    does not depend on the pixels. One gradient pass, kept in ``ctx.scratch``."""
-    key = ("saliency", smooth)
+def _saliency(ctx, smooth: int, times_input: bool = False) -> np.ndarray | None:
+    """[N, S, S]: each example's |d logit_true / d x| (times the input, with ``times_input``) summed over channels
+    and box-smoothed; None when the output does not depend on the pixels. One gradient pass, kept in
+    ``ctx.scratch``."""
+    key = ("saliency", smooth, times_input)
     if key not in ctx.scratch:
         import torch
         from torch.nn import functional as F  # noqa: N812
@@ -76,6 +85,8 @@ def _saliency(ctx, smooth: int) -> np.ndarray | None:
         logits = ctx.model(x)
         score = logits.gather(1, torch.from_numpy(ctx.y)[:, None]).sum()
         grad = torch.autograd.grad(score, x, allow_unused=True)[0] if score.requires_grad else None
+        if grad is not None and times_input:
+            grad = grad * x.detach()
         ctx.scratch[key] = None if grad is None else \
             F.avg_pool2d(grad.abs().sum(1, keepdim=True), smooth, stride=1, padding=smooth // 2)[:, 0].numpy()
     return ctx.scratch[key]
