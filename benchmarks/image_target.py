@@ -10,9 +10,10 @@ The shipped image explanation names the target with squares of two sides (``moda
 
 ``dump`` writes, per released trojaned model (the planted pair from its config, or for test and holdout splits
 from the METADATA row its stats keep), ``MODEL.npz``: for every probe of ``PROBES`` (a shape of ``side`` px in each
-of the 27 grid colours, stamped on the centroid of each clean example's saliency, as the shipped rule stamps its
-squares) the model's logits on every clean example, with the examples' classes, the planted (source, target), the
-pair the shipped rule names and the model's master seed (which tells a later draw under the same name apart). It
+of the 27 grid colours, or with ``--levels L`` each of an L-per-channel grid's L**3, stamped where the shipped rule
+stamps its squares, or where ``--centre`` says) the model's logits on every clean example, with the examples'
+classes, the planted (source, target), the pair the shipped rule names and the model's master seed (which tells a
+later draw under the same name apart). It
 skips models already dumped, so a stopped run resumes, and models that missed their bars (a running build moves
 them out afterwards). ``read`` prints each rule's target-label accuracy (and the source class's) over every dump in
 the folder. A rule is probes joined by ``+``: each probe's (source, target) pairs are scored by the *colour excess*
@@ -89,13 +90,24 @@ def parse_centre(spec: str | None) -> dict[str, object]:
                          "input, STATISTIC mean or bbox)") from None
 
 
-def dump_model(model_dir: Path, dest: Path, probes: tuple[str, ...] = PROBES, centre_at: str | None = None) -> float:
+def colour_grid(levels: int) -> np.ndarray:
+    """[levels**3, 3] model-input colours: every combination of ``levels`` evenly spaced values of each channel
+    over [0, 1]; 3 levels is the shipped 27-colour grid (``blob_scan.COLOURS``), in its order."""
+    if levels < 2:
+        raise ValueError(f"--levels {levels}: at least 2 values per channel (3 is the shipped 27-colour grid)")
+    v = np.linspace(0.0, 1.0, levels)
+    return np.array([(b, g, r) for b in v for g in v for r in v], dtype=np.float32)
+
+
+def dump_model(model_dir: Path, dest: Path, probes: tuple[str, ...] = PROBES, centre_at: str | None = None,
+               levels: int = 3) -> float:
     """Write ``dest`` for one trojaned model (see the module's docstring); the seconds it took. The probes go on
-    ``centre_at``'s centres (:func:`parse_centre`; default: where the shipped explanation stamps its squares)."""
+    ``centre_at``'s centres (:func:`parse_centre`; default: where the shipped explanation stamps its squares), in
+    every colour of a ``levels``-per-channel grid (:func:`colour_grid`; 3: the shipped 27 colours)."""
     from trojanscope.detectors.learned import inputs_for_model_dir
     from trojanscope.modalities.image.context import build_image_context
     from trojanscope.modalities.image.explain import square_pair
-    from trojanscope.modalities.image.features.blob_scan import COLOURS, centre
+    from trojanscope.modalities.image.features.blob_scan import centre
     from trojanscope.models.layout import read_config
     from trojanscope.scoring.explanations import planted
 
@@ -108,11 +120,12 @@ def dump_model(model_dir: Path, dest: Path, probes: tuple[str, ...] = PROBES, ce
                                           trig["target_class"]]),
            "shipped": np.array(named[:2] if named else (-1, -1)),
            "master_seed": np.array(int(read_config(model_dir).get("master_seed", -1)))}
+    colours = colour_grid(levels)
     for probe in probes:
         shape, side = parse_probe(probe)
         mask = shape_mask(shape, min(side, ctx.x.shape[-1]))
-        batch = np.concatenate([stamp_shape(ctx.x, centres, mask, colour) for colour in COLOURS])
-        out[probe] = ctx.logits(batch).reshape(len(COLOURS), len(ctx.x), -1).astype(np.float32)
+        batch = np.concatenate([stamp_shape(ctx.x, centres, mask, colour) for colour in colours])
+        out[probe] = ctx.logits(batch).reshape(len(colours), len(ctx.x), -1).astype(np.float32)
     tmp = dest.with_name(dest.name + ".part.npz")
     np.savez_compressed(tmp, **out)
     tmp.replace(dest)  # a stopped run leaves no half-written dump under the final name
@@ -160,7 +173,7 @@ def dump(args: argparse.Namespace) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     todo = [d for d in models if not (args.out / f"{d.name}.npz").exists()]
     print(f"{len(models)} trojaned models, {len(models) - len(todo)} already dumped in {args.out}", flush=True)
-    jobs = [(d, args.out / f"{d.name}.npz", probes, args.centre) for d in todo]
+    jobs = [(d, args.out / f"{d.name}.npz", probes, args.centre, args.levels) for d in todo]
     if args.workers > 1:
         from concurrent.futures import ProcessPoolExecutor
 
@@ -179,7 +192,7 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _dump_job(job: tuple[Path, Path, tuple[str, ...], str | None]) -> float:
+def _dump_job(job: tuple[Path, Path, tuple[str, ...], str | None, int]) -> float:
     return dump_model(*job)
 
 
@@ -231,6 +244,8 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--centre", default=None, metavar="GRADIENT:SMOOTH:TOP:STATISTIC",
                    help="where the probes go: blob_scan.centre's settings, e.g. input:15:0.2:bbox (default: where "
                    "the shipped explanation stamps its squares)")
+    d.add_argument("--levels", type=int, default=3, help="values per colour channel of the probes' grid, evenly "
+                   "spaced over [0, 1] (default 3: the shipped 27 colours; 5: 125 colours)")
     r = sub.add_parser("read", help="target-label accuracy of rules over the dumps")
     r.add_argument("--dumps", type=Path, required=True)
     r.add_argument("--rules", default=None, help=f"comma-separated rules, probes joined by + (default: {SHIPPED} "
@@ -242,6 +257,7 @@ def main(argv: list[str] | None = None) -> None:
             ap.error("--workers must be at least 1")
         try:
             parse_centre(args.centre)
+            colour_grid(args.levels)
         except ValueError as e:
             ap.error(str(e))
         dump(args)

@@ -42,6 +42,17 @@ def test_centre_specs_are_checked():
             image_target.parse_centre(bad)
 
 
+def test_colour_grid_of_three_levels_is_the_shipped_grid():
+    from trojanscope.modalities.image.features.blob_scan import COLOURS
+
+    assert np.array_equal(image_target.colour_grid(3), COLOURS)
+    five = image_target.colour_grid(5)
+    assert five.shape == (125, 3) and set(np.unique(five)) == {0.0, 0.25, 0.5, 0.75, 1.0}
+    assert len({tuple(c) for c in five}) == 125
+    with pytest.raises(ValueError, match="at least 2 values"):
+        image_target.colour_grid(1)
+
+
 def test_colour_excess_names_the_pair_one_colour_moves():
     """Source 0's examples go to class 2 for colour 3 alone; source 1's go to 0 for every colour (a look-alike
     pair, which the excess over colours discounts)."""

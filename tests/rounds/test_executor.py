@@ -68,7 +68,7 @@ def test_ctrl_c_stops_the_pool_without_running_the_queued_items(tmp_path) -> Non
         from trojanscope.rounds.executor import ProcessExecutor
         def nap(i):
             open({str(tmp_path)!r} + f"/started-{{i}}", "w").close()
-            time.sleep(60)
+            time.sleep(300)
         if __name__ == "__main__":
             try:
                 for _ in ProcessExecutor(2).run(nap, range(6)):
@@ -83,7 +83,9 @@ def test_ctrl_c_stops_the_pool_without_running_the_queued_items(tmp_path) -> Non
         time.sleep(0.1)
     try:
         os.killpg(parent.pid, signal.SIGINT)  # Ctrl-C: the whole foreground process group
-        _, err = parent.communicate(timeout=20)  # before: the workers went on through the queue, a minute each
+        # Before the fix the workers went on through the queue, five minutes a nap; 90 s leaves room for a loaded
+        # machine to tear the pool down (a 20 s limit timed out under a full suite) and still catches that.
+        _, err = parent.communicate(timeout=90)
     finally:
         if parent.poll() is None:
             os.killpg(parent.pid, signal.SIGKILL)
