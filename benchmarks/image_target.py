@@ -119,7 +119,7 @@ def dump_model(model_dir: Path, dest: Path, probes: tuple[str, ...] = PROBES, ce
     out = {"y": ctx.y, "truth": np.array([-1 if trig.get("source_class") is None else trig["source_class"],
                                           trig["target_class"]]),
            "shipped": np.array(named[:2] if named else (-1, -1)),
-           "master_seed": np.array(int(read_config(model_dir).get("master_seed", -1)))}
+           "master_seed": np.array(int(read_config(model_dir).get("master_seed", -1))), "levels": np.array(levels)}
     colours = colour_grid(levels)
     for probe in probes:
         shape, side = parse_probe(probe)
@@ -196,12 +196,29 @@ def _dump_job(job: tuple[Path, Path, tuple[str, ...], str | None, int]) -> float
     return dump_model(*job)
 
 
+def sub_grid(dump: dict[str, np.ndarray], levels: int, name: str) -> dict[str, np.ndarray]:
+    """``dump`` read on the colours of its grid that a ``levels`` grid also holds (a 5-level dump holds the 3-level
+    grid: 0, 0.5 and 1 are among 0, 0.25, ..., 1), in that grid's order; the probes' means over colours are then over
+    those alone, as a dump made at ``levels`` would give."""
+    have = int(dump.get("levels", 3))
+    if levels < 2 or (have - 1) % (levels - 1):
+        raise SystemExit(f"{name}: dumped on a {have}-level grid, which does not hold the {levels}-level one "
+                         f"(--levels must be L with L-1 dividing {have - 1})")
+    step = (have - 1) // (levels - 1)
+    keep = [i for i, c in enumerate(colour_grid(have)) if all(round(v * (have - 1)) % step == 0 for v in c)]
+    out = {k: (v[keep] if k not in ("y", "truth", "shipped", "master_seed", "levels") else v) for k, v in dump.items()}
+    out["levels"] = np.array(levels)
+    return out
+
+
 def read(args: argparse.Namespace) -> dict[str, tuple[int, int, int]]:
     files = sorted(f for f in args.dumps.glob("*.npz") if not f.name.endswith(".part.npz"))
     if not files:
         sys.exit(f"{args.dumps}: no dumps; write them with `python benchmarks/image_target.py dump`")
     dumps = {f.stem: dict(np.load(f)) for f in files}
-    available = set.intersection(*(set(d) for d in dumps.values())) - {"y", "truth", "shipped", "master_seed"}
+    if getattr(args, "levels", None) is not None:
+        dumps = {name: sub_grid(d, args.levels, f"{args.dumps / name}.npz") for name, d in dumps.items()}
+    available = set.intersection(*(set(d) for d in dumps.values())) - {"y", "truth", "shipped", "master_seed", "levels"}
     rules = args.rules.split(",") if args.rules else [SHIPPED, *sorted(available)]
     for rule in rules:
         missing = [p for p in rule.split("+") if p not in available]
@@ -211,7 +228,7 @@ def read(args: argparse.Namespace) -> dict[str, tuple[int, int, int]]:
     per_model = []
     for name, d in dumps.items():
         s, t = (int(v) for v in d["truth"])
-        if named_pair(d, SHIPPED) != tuple(int(v) for v in d["shipped"]):
+        if int(d.get("levels", 3)) == 3 and named_pair(d, SHIPPED) != tuple(int(v) for v in d["shipped"]):
             print(f"{name}: {SHIPPED} here names {named_pair(d, SHIPPED)}, the library named "
                   f"{tuple(d['shipped'])} (ties?)")
         row = []
@@ -251,6 +268,8 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--rules", default=None, help=f"comma-separated rules, probes joined by + (default: {SHIPPED} "
                    "and every probe alone)")
     r.add_argument("--per-model", action="store_true", help="also print each model's hits, rule by rule")
+    r.add_argument("--levels", type=int, default=None, help="read the dumps on the sub-grid of this many values "
+                   "per channel (e.g. 3 on dumps made with --levels 5: the shipped 27 colours); default: as dumped")
     args = ap.parse_args(argv)
     if args.command == "dump":
         if args.workers < 1:

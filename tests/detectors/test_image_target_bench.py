@@ -53,6 +53,23 @@ def test_colour_grid_of_three_levels_is_the_shipped_grid():
         image_target.colour_grid(1)
 
 
+def test_a_five_level_dump_read_on_three_levels_is_the_27_colour_dump():
+    rng = np.random.default_rng(0)
+    y = np.array([0, 0, 1, 1, 2, 2])
+    five = image_target.colour_grid(5)
+    logits = rng.normal(size=(len(five), len(y), 3))
+    dump = {"y": y, "truth": np.array([0, 2]), "shipped": np.array([0, 2]), "master_seed": np.array(1),
+            "levels": np.array(5), "square6": logits}
+    three = image_target.sub_grid(dump, 3, "m.npz")
+    from trojanscope.modalities.image.features.blob_scan import COLOURS
+
+    rows = [int(np.flatnonzero((five == c).all(1))[0]) for c in COLOURS]
+    assert np.array_equal(three["square6"], logits[rows]) and int(three["levels"]) == 3
+    assert image_target.sub_grid(dump, 5, "m.npz")["square6"].shape[0] == 125
+    with pytest.raises(SystemExit, match="does not hold the 4-level"):
+        image_target.sub_grid(dump, 4, "m.npz")
+
+
 def test_colour_excess_names_the_pair_one_colour_moves():
     """Source 0's examples go to class 2 for colour 3 alone; source 1's go to 0 for every colour (a look-alike
     pair, which the excess over colours discounts)."""
