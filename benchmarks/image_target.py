@@ -31,10 +31,13 @@ from pathlib import Path
 
 import numpy as np
 
+from trojanscope.modalities.image.features.blob_scan import colour_grid
+
 SHAPES = ("square", "disc", "diamond", "triangle", "hexagon")
 PROBES = (*(f"square{s}" for s in (6, 8, 10, 12, 14)), *(f"disc{s}" for s in (6, 8, 10, 12, 14)),
           "diamond8", "diamond12", "triangle10", "triangle14", "hexagon8", "hexagon12")
 SHIPPED = "square6+square10"
+META = ("y", "truth", "shipped", "master_seed", "levels")  # a dump's entries that are not probes
 
 
 def shape_mask(shape: str, side: int) -> np.ndarray:
@@ -90,20 +93,11 @@ def parse_centre(spec: str | None) -> dict[str, object]:
                          "input, STATISTIC mean or bbox)") from None
 
 
-def colour_grid(levels: int) -> np.ndarray:
-    """[levels**3, 3] model-input colours: every combination of ``levels`` evenly spaced values of each channel
-    over [0, 1]; 3 levels is the shipped 27-colour grid (``blob_scan.COLOURS``), in its order."""
-    if levels < 2:
-        raise ValueError(f"--levels {levels}: at least 2 values per channel (3 is the shipped 27-colour grid)")
-    v = np.linspace(0.0, 1.0, levels)
-    return np.array([(b, g, r) for b in v for g in v for r in v], dtype=np.float32)
-
-
 def dump_model(model_dir: Path, dest: Path, probes: tuple[str, ...] = PROBES, centre_at: str | None = None,
                levels: int = 3) -> float:
     """Write ``dest`` for one trojaned model (see the module's docstring); the seconds it took. The probes go on
     ``centre_at``'s centres (:func:`parse_centre`; default: where the shipped explanation stamps its squares), in
-    every colour of a ``levels``-per-channel grid (:func:`colour_grid`; 3: the shipped 27 colours)."""
+    every colour of a ``levels``-per-channel grid (``blob_scan.colour_grid``; 3: the shipped 27 colours)."""
     from trojanscope.detectors.learned import inputs_for_model_dir
     from trojanscope.modalities.image.context import build_image_context
     from trojanscope.modalities.image.explain import square_pair
@@ -206,7 +200,7 @@ def sub_grid(dump: dict[str, np.ndarray], levels: int, name: str) -> dict[str, n
                          f"(--levels must be L with L-1 dividing {have - 1})")
     step = (have - 1) // (levels - 1)
     keep = [i for i, c in enumerate(colour_grid(have)) if all(round(v * (have - 1)) % step == 0 for v in c)]
-    out = {k: (v[keep] if k not in ("y", "truth", "shipped", "master_seed", "levels") else v) for k, v in dump.items()}
+    out = {k: (v if k in META else v[keep]) for k, v in dump.items()}
     out["levels"] = np.array(levels)
     return out
 
@@ -216,9 +210,9 @@ def read(args: argparse.Namespace) -> dict[str, tuple[int, int, int]]:
     if not files:
         sys.exit(f"{args.dumps}: no dumps; write them with `python benchmarks/image_target.py dump`")
     dumps = {f.stem: dict(np.load(f)) for f in files}
-    if getattr(args, "levels", None) is not None:
+    if args.levels is not None:
         dumps = {name: sub_grid(d, args.levels, f"{args.dumps / name}.npz") for name, d in dumps.items()}
-    available = set.intersection(*(set(d) for d in dumps.values())) - {"y", "truth", "shipped", "master_seed", "levels"}
+    available = set.intersection(*(set(d) for d in dumps.values())) - set(META)
     rules = args.rules.split(",") if args.rules else [SHIPPED, *sorted(available)]
     for rule in rules:
         missing = [p for p in rule.split("+") if p not in available]

@@ -98,7 +98,7 @@ def test_dump_and_read_on_a_tiny_zoo(tiny_image_zoo, tmp_path, capsys):
     image_target.main(["dump", "--zoo", str(tiny_image_zoo), "--out", str(out), "--probes", "square6,square10,disc8"])
     assert f"{len(files)} already dumped" in capsys.readouterr().out  # resumes: nothing probed twice
     results = image_target.read(image_target.argparse.Namespace(dumps=out, rules="square6+square10,disc8",
-                                                                 per_model=False))
+                                                                 per_model=False, levels=None))
     assert set(results) == {"square6+square10", "disc8"}
     assert all(n == len(files) and 0 <= hit <= n for n, hit, _ in results.values())
     with pytest.raises(SystemExit, match="not in every dump"):

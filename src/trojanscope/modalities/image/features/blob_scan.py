@@ -22,8 +22,17 @@ import numpy as np
 
 from trojanscope.detectors.features import FeatureFamily
 
-_LEVELS = (0.0, 0.5, 1.0)
-COLOURS = np.array([(b, g, r) for b in _LEVELS for g in _LEVELS for r in _LEVELS], dtype=np.float32)  # 27
+
+def colour_grid(levels: int = 3) -> np.ndarray:
+    """[levels**3, 3] model-input colours (B, G, R): every combination of ``levels`` evenly spaced values of each
+    channel over [0, 1], blue slowest."""
+    if levels < 2:
+        raise ValueError(f"a colour grid of {levels} levels: at least 2 values per channel (3 gives 27 colours)")
+    v = np.linspace(0.0, 1.0, levels)
+    return np.array([(b, g, r) for b in v for g in v for r in v], dtype=np.float32)
+
+
+COLOURS = colour_grid(3)  # the 27 colours every square probe stamps
 
 
 def locate(ctx, smooth: int = 9) -> np.ndarray:
