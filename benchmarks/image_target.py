@@ -19,7 +19,9 @@ them out afterwards). ``read`` prints each rule's target-label accuracy (and the
 the folder. A rule is probes joined by ``+``: each probe's (source, target) pairs are scored by the *colour excess*
 of the target's mean softmax probability over the source's examples (the best colour less the mean over colours),
 summed over the rule's probes, and the best pair names the target. ``square6+square10`` is the shipped rule;
-``read`` checks that it names the pair the library named when the model was dumped.
+``read`` checks that it names the pair the library named when the model was dumped. A prefix reads the probes
+another way: ``target:square6+square10`` names the target whose probability the best colour raises most over the
+examples of every other source together, ``both:`` adds that to the pair's excess (:func:`named_pair`).
 """
 
 from __future__ import annotations
@@ -146,9 +148,52 @@ def colour_excess(logits: np.ndarray, y: np.ndarray) -> np.ndarray:
     return shipped_excess(SimpleNamespace(y=y, n_classes=c), probs)
 
 
+def target_excess(logits: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """[C] from one probe's logits [colours, N, C]: per target t, the best colour less the mean over colours of g[t,
+    colour], the target's mean softmax probability over the examples of each source s != t, averaged over those
+    sources (a trigger that fires from every source moves g; a look-alike pair moves one of its terms)."""
+    from scipy.special import softmax
+
+    prob = softmax(logits.astype(np.float64), axis=-1)
+    c = prob.shape[-1]
+    present = [s for s in range(c) if (y == s).any()]
+    m = np.stack([prob[:, y == s].mean(1) for s in present])  # [sources present, colours, C]
+    out = np.full(c, -np.inf)
+    for t in range(c):
+        others = [i for i, s in enumerate(present) if s != t]
+        if others:
+            g = m[others, :, t].mean(0)  # [colours]
+            out[t] = g.max() - g.mean()
+    return out
+
+
+RULE_SCORES = ("pair", "target", "both")  # a rule's optional prefix (none: pair, the shipped score)
+
+
+def parse_rule(rule: str) -> tuple[str, list[str]]:
+    """(score, probes) of ``[SCORE:]PROBE+PROBE...``."""
+    score, _, probes = rule.rpartition(":")
+    score = score or "pair"
+    if score not in RULE_SCORES:
+        raise SystemExit(f"rule {rule}: the prefix before ':' is one of {', '.join(RULE_SCORES)}")
+    return score, probes.split("+")
+
+
 def named_pair(dump: dict[str, np.ndarray], rule: str) -> tuple[int, int]:
-    """The (source, target) a rule names from one model's dump."""
-    score = sum(colour_excess(dump[p], dump["y"]) for p in rule.split("+"))
+    """The (source, target) a rule names from one model's dump. ``pair`` (the shipped score): the pair with the
+    largest colour excess summed over the rule's probes; ``target``: the target with the largest
+    :func:`target_excess` sum, and the source with the largest pair excess into it; ``both``: the pair with the
+    largest pair excess plus its target's excess."""
+    score_name, probes = parse_rule(rule)
+    pair = sum(colour_excess(dump[p], dump["y"]) for p in probes)
+    if score_name == "pair":
+        score = pair
+    else:
+        target = sum(target_excess(dump[p], dump["y"]) for p in probes)
+        if score_name == "target":
+            t = int(np.argmax(target))
+            return int(np.argmax(pair[:, t])), t
+        score = pair + target[None, :]
     s, t = np.unravel_index(np.argmax(score), score.shape)
     return int(s), int(t)
 
@@ -215,7 +260,7 @@ def read(args: argparse.Namespace) -> dict[str, tuple[int, int, int]]:
     available = set.intersection(*(set(d) for d in dumps.values())) - set(META)
     rules = args.rules.split(",") if args.rules else [SHIPPED, *sorted(available)]
     for rule in rules:
-        missing = [p for p in rule.split("+") if p not in available]
+        missing = [p for p in parse_rule(rule)[1] if p not in available]
         if missing:
             sys.exit(f"rule {rule}: probes {', '.join(missing)} are not in every dump of {args.dumps}")
     results: dict[str, tuple[int, int, int]] = {}
@@ -259,8 +304,9 @@ def main(argv: list[str] | None = None) -> None:
                    "spaced over [0, 1] (default 3: the shipped 27 colours; 5: 125 colours)")
     r = sub.add_parser("read", help="target-label accuracy of rules over the dumps")
     r.add_argument("--dumps", type=Path, required=True)
-    r.add_argument("--rules", default=None, help=f"comma-separated rules, probes joined by + (default: {SHIPPED} "
-                   "and every probe alone)")
+    r.add_argument("--rules", default=None, help=f"comma-separated rules, [SCORE:]PROBE+PROBE... with SCORE pair "
+                   "(the default: the shipped pair excess), target (the target's excess over every other source) or "
+                   f"both (their sum) (default: {SHIPPED} and every probe alone)")
     r.add_argument("--per-model", action="store_true", help="also print each model's hits, rule by rule")
     r.add_argument("--levels", type=int, default=None, help="read the dumps on the sub-grid of this many values "
                    "per channel (e.g. 3 on dumps made with --levels 5: the shipped 27 colours); default: as dumped")

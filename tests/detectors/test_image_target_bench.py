@@ -103,3 +103,28 @@ def test_dump_and_read_on_a_tiny_zoo(tiny_image_zoo, tmp_path, capsys):
     assert all(n == len(files) and 0 <= hit <= n for n, hit, _ in results.values())
     with pytest.raises(SystemExit, match="not in every dump"):
         image_target.main(["read", "--dumps", str(out), "--rules", "hexagon8"])
+
+
+def test_target_score_reads_the_target_across_sources():
+    """Colour 3 moves every other source part of the way into class 3 (a trigger that fires from each source);
+    colour 5 moves source 1 fully into class 0 (one look-alike pair). The pair excess names the look-alike; the
+    target excess, read over every other source, names 3; ``both`` weighs the two."""
+    colours, c = 27, 4
+    y = np.repeat(np.arange(c), 2)
+    logits = np.zeros((colours, len(y), c))
+    logits[:, :, :][:, np.arange(len(y)), y] = 4.0  # every example is its own class without a trigger
+    logits[3][y != 3, 3] = 4.0  # half-way into 3 from 0, 1 and 2
+    logits[5][y == 1, 0] = 12.0
+    dump = {"y": y, "square6": logits}
+    assert image_target.named_pair(dump, "square6") == (1, 0)
+    assert image_target.named_pair(dump, "pair:square6") == (1, 0)
+    assert image_target.named_pair(dump, "target:square6")[1] == 3
+    exc = image_target.target_excess(logits, y)
+    assert exc.shape == (c,) and int(np.argmax(exc)) == 3
+    # both: the look-alike's pair excess (~0.96) plus a third of it over sources beats the trigger's ~0.46 twice
+    assert image_target.named_pair(dump, "both:square6") == (1, 0)
+    logits[3][y != 3, 3] = 6.0  # a stronger trigger: ~0.88 from every source outweighs the one pair
+    assert image_target.named_pair(dump, "both:square6")[1] == 3
+    assert image_target.named_pair(dump, "square6") == (1, 0)
+    with pytest.raises(SystemExit, match="prefix before ':'"):
+        image_target.named_pair(dump, "best:square6")
