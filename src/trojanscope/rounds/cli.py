@@ -52,6 +52,12 @@ def make(
         help="First model index (id-NNNNNNNN) of the split's seeded stream. Model i is the same model in "
              "every zoo of a preset and split: a zoo of new models starts past the indices others used.",
     ),
+    only: str = typer.Option(
+        None, "--only",
+        help="trojaned or clean: build only the models of that label among the --count indices (the ones a full "
+             "zoo of the same indices holds), e.g. for target and trigger benchmarks, which read trojaned models "
+             "alone. Default: both.",
+    ),
 ) -> None:
     """Generate a round of clean and trojaned classifiers in TrojAI's on-disk layout.
 
@@ -98,6 +104,7 @@ def make(
             keep_failed=keep_failed,
             first_index=first_index,
             cuda_mps=cuda_mps,
+            only=only,
         )
     except KeyboardInterrupt:
         typer.echo(INTERRUPTED, err=True)

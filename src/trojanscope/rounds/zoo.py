@@ -15,7 +15,7 @@ import json
 import shutil
 import sys
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from trojanscope.fsutil import atomic_write_text, check_writable_dir
 from trojanscope.models.layout import list_model_dirs
 from trojanscope.rounds.accelerator import training_device
 from trojanscope.rounds.executor import make_executor
-from trojanscope.rounds.factors import is_matched, model_index
+from trojanscope.rounds.factors import is_matched, is_poisoned, model_index
 from trojanscope.rounds.gpu_sharing import mps_setting, shared_gpu
 from trojanscope.rounds.modalities import ROUND_MODALITIES, RoundModality, round_modality
 from trojanscope.rounds.outcome import BuildOutcome, Timing
@@ -167,6 +167,7 @@ def make_zoo(
     keep_failed: bool = False,
     first_index: int = 0,
     cuda_mps: str | None = None,
+    only: str | None = None,
 ) -> ZooResult:
     """Generate (or resume) ``count`` models of ``split`` from a preset into ``out``: models
     ``first_index`` .. ``first_index + count - 1`` of the split's seeded stream (model *i* is the same model
@@ -180,6 +181,8 @@ def make_zoo(
     cache are encoded (the long first-run step of a text preset); never when all are cached.
     ``cuda_mps`` (auto, on, off; default ``TROJANSCOPE_CUDA_MPS``, else auto): whether local workers training on a
     CUDA GPU share it through a private MPS daemon (``rounds/gpu_sharing.py``).
+    ``only`` (``trojaned`` or ``clean``): build just those of the ``count`` indices (the models a full zoo of the same
+    indices holds with that label), e.g. for benchmarks that read trojaned models alone.
     """
     from trojanscope.settings import data_root as resolve_data_root
 
@@ -196,7 +199,14 @@ def make_zoo(
     if is_matched(preset) and first_index % 2:
         raise ConfigError(f"{preset.name} draws matched pairs (models 2k and 2k+1): --first-index must be even, "
                           f"got {first_index}")
-    indices = range(first_index, first_index + count)
+    if only not in (None, "trojaned", "clean"):
+        raise ConfigError(f"--only must be trojaned or clean, got {only!r}")
+    indices: Sequence[int] = range(first_index, first_index + count)
+    if only is not None:
+        indices = [i for i in indices if is_poisoned(preset, split, i) == (only == "trojaned")]
+        if not indices:
+            raise ConfigError(f"no {only} models among indices {first_index}..{first_index + count - 1} of "
+                              f"{preset.name}'s {split} split; raise --count")
     root = resolve_data_root(data_root)
     out = Path(out)
     _check_resume(out, raw, split)
@@ -213,7 +223,7 @@ def make_zoo(
         raise
 
 
-def _make(preset: AnyPreset, raw: str, split: str, indices: range, out: Path, root: Path, *, workers: int,
+def _make(preset: AnyPreset, raw: str, split: str, indices: Sequence[int], out: Path, root: Path, *, workers: int,
           cache_path: Path | str | None, executor: str, progress: bool,
           on_model: Callable[[BuildOutcome], None] | None, on_encode: Callable[[int, str, Path], None] | None,
           keep_failed: bool, cuda_mps: str) -> ZooResult:
