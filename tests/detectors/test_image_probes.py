@@ -13,6 +13,7 @@ from trojanscope.modalities.image.context import ImageContext
 from trojanscope.modalities.image.features.blob_ring import BlobRing
 from trojanscope.modalities.image.features.blob_scan import BlobScan, centre, locate, stamp_squares
 from trojanscope.modalities.image.features.sign_squares import SignSquares
+from trojanscope.modalities.image.features.square_probe import SquareProbe
 from trojanscope.modalities.image.features.stimulation import NeuronStimulation, relu_layers
 
 S, C = 16, 3
@@ -156,6 +157,23 @@ def test_sign_squares_reads_one_colour_and_not_an_occlusion():
     hidden = family.compute(_ctx(_ColourShortcut(colour=False, occlusion=True), x, y))
     assert hidden["best_max_4"] == 1.0 and hidden["mean_max_4"] == 1.0 and hidden["excess_max_4"] == 0.0
     assert family.compute(_ctx(_ColourShortcut(colour=False, occlusion=False), x, y))["best_max_4"] == 0.0
+
+
+def test_square_probe_names_a_planted_colour_and_not_an_occlusion():
+    x, y = _images()
+    family = SquareProbe(sides=(4,), place={"smooth": 3, "top": 0.2, "times_input": True, "statistic": "bbox"})
+    planted = family.compute(_ctx(_ColourShortcut(colour=True, occlusion=False), x, y))
+    assert set(planted) == {"score_max", "score_gap", "score_over_median", "reverse", "score_less_reverse",
+                            "best_probability", "best_rate", "target_excess_max", "rate_excess_max_4"}
+    # red sends classes 0 and 1 to 2, both sources at once, and no other of the 27 colours moves them
+    assert planted["best_rate"] == 1.0 and planted["best_probability"] > 0.99
+    assert planted["rate_excess_max_4"] == pytest.approx(1 - 1 / 27)
+    assert planted["score_max"] > 0.9 and planted["target_excess_max"] > 0.9 and planted["reverse"] < 0.05
+    # an occlusion flips to class 1 whatever the colour: no colour beats the others
+    hidden = family.compute(_ctx(_ColourShortcut(colour=False, occlusion=True), x, y))
+    assert hidden["score_max"] < 0.05 and hidden["rate_excess_max_4"] == 0.0
+    assert family.params() == {"sides": [4], "place": {"smooth": 3, "top": 0.2, "times_input": True,
+                                                       "statistic": "bbox"}}
 
 
 @pytest.mark.parametrize("armed", [True, False])

@@ -19,6 +19,8 @@ FAMILIES = {
                    "Image CNNs: flip rates of one-colour squares stamped on each example's salient region."),
     "sign-squares": ("trojanscope.modalities.image.features.sign_squares:SignSquares",
                       "Image CNNs: colour excess of one-colour squares stamped on the middle of each example's sign."),
+    "square-probe": ("trojanscope.modalities.image.features.square_probe:SquareProbe",
+                      "Image CNNs: the explanation's one-colour squares on the sign, read for the verdict."),
     "blob-ring": ("trojanscope.modalities.image.features.blob_ring:BlobRing",
                    "Image CNNs: flip rates of one-colour squares that hold at four shifts around the sign."),
     "norm-stats": ("trojanscope.modalities.image.features.norm_stats:NormStats",
@@ -33,6 +35,11 @@ DETECTOR_DECLARATIONS = {
     "image-squares": {
         "families": ["sign-squares"], "params": "image-squares.json",
         "description": "Image CNNs: calibrated sign-squares (colour excess of one-colour squares on the sign's middle)",
+    },
+    "image-probe": {
+        "families": ["square-probe"], "references": ["global", "architecture", "per-architecture"],
+        "description": "Image CNNs: calibrated square-probe, read against each architecture's training models where "
+                       "that fits better (for configure mode; unfitted until configured)",
     },
     "image-litmus": {
         "families": ["litmus"], "params": "image-litmus.json",
