@@ -3,19 +3,19 @@
 :mod:`~trojanscope.modalities.image.features.blob_scan` stamps its squares on the peak of each example's
 saliency, which is also where the pictogram's telling detail sits. Covering that detail is an occlusion,
 and a clean 5-class CNN trained from scratch often reads an occluded sign as another class: many of the
-scan's clean models flip as well (docs/detectors.md). A learned trigger is different: the
+scan's clean models flip as well. A learned trigger is different: the
 trojaned model saw the polygon on signs of every size, warp and rotation, so the shortcut it learned
 fires on a blob anywhere near the sign's centre, not only on the one spot that hides the pictogram.
 
 This family stamps the same 27-colour grid of squares at four points around the saliency peak (up,
 down, left, right, ``radius`` pixels away) and keeps, per source → target pair and colour, the *lowest*
 flip rate over the four points: a rate that survives every shift. On round1-cpu the best such pair
-rate separates trojaned from clean models clearly better than the centre-only rate (docs/detectors.md
-has the figures and how they were measured).
+rate separated trojaned from clean models better than the centre-only rate (research/detector-history.md,
+"round1-cpu v1: image-default", has the figures and how they were measured).
 
 Sizes and the radius are in pixels, chosen for round1-cpu's 64x64 inputs like the blob scan's; pass
 other values (detector params) for other input sizes. One side (10 px) by default: a second side of 6 px
-doubled the cost (~13 s per model) for no gain on train cross-validation (docs/detectors.md). Pixels are
+doubled the cost (~13 s per model) for no gain on train cross-validation. Pixels are
 set in model-input space (NCHW, BGR, after the per-image min-max scaling), as in the blob scan.
 """
 

@@ -9,7 +9,7 @@ pair, the share of the source's examples sent to the target is read at the best 
 over colours. A trojaned CNN sends one source (often several) to one target, frequently for many
 colours: the trigger it learned is coarser than the exact polygon. Many clean CNNs shrug a small blob
 off, but not all: small 5-class nets trained from scratch can carry natural shortcuts of the same form,
-usually for a colour no sign has (docs/detectors.md measures how much that costs). The meta-classifier
+usually for a colour no sign has (research/detector-history.md measures how much that costs). The meta-classifier
 calibrates these rates against clean models.
 
 Pixels are set in model-input space (NCHW, BGR, after the per-image min-max scaling), where a colour of
