@@ -38,8 +38,9 @@ DETECTOR_DECLARATIONS = {
     },
     "image-probe": {
         "families": ["square-probe"], "references": ["global", "architecture", "per-architecture"],
+        "params": "image-probe.json",
         "description": "Image CNNs: calibrated square-probe, read against each architecture's training models where "
-                       "that fits better (for configure mode; unfitted until configured)",
+                       "cross-validation prefers it (ships a round1-cpu fit)",
     },
     "image-litmus": {
         "families": ["litmus"], "params": "image-litmus.json",
