@@ -215,7 +215,7 @@ def detectors() -> None:
             novelty = ("warns on features further out than any training model's" if bound is not None else
                        "no feature-novelty bound (fitted before it; refit with `detect fit` to get one)")
             first, *shapes = domain.describe(fitted.get("domain"))
-            preset = fitted.get("preset") or ""
+            preset = fitted.get("preset") or " + ".join(sorted(fitted.get("groups") or {}))  # groups: generators
             typer.echo(f"{'':<{width}} shipped parameters fitted on {fitted.get('n_models', '?')} "
                        f"{preset + ' ' if preset else ''}models")
             typer.echo(f"{'':<{width}} fit domain: {first}")
