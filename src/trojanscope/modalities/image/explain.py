@@ -126,20 +126,31 @@ def square_pair(ctx: Any, sides: tuple[int, ...] = SQUARE_SIDES,
     excess is larger, the colour (model-input BGR) of its largest target probability there and that colour's flip
     rate on the given examples. None when no pair's best colour does more than its mean (no colour matters). The
     squares go on ``centres`` ([N, 2]; default :func:`sign_centres`)."""
-    from trojanscope.modalities.image.features.blob_scan import COLOURS, square_responses
-    from trojanscope.modalities.image.features.sign_squares import colour_excess
+    from trojanscope.modalities.image.features.blob_scan import COLOURS
 
-    centres = sign_centres(ctx) if centres is None else centres
-    responses = [square_responses(ctx, centres, side) for side in sides]  # (rates, probabilities) per side
-    excess = [colour_excess(ctx, probs) for _, probs in responses]
-    score = np.sum(excess, axis=0)
+    responses, excess = square_scores(ctx, sides, centres)
+    score = excess.sum(0)
     if not score.max() > 0:
         return None
     s, t = (int(v) for v in np.unravel_index(np.argmax(score), score.shape))
-    at = int(np.argmax([e[s, t] for e in excess]))
+    at = int(np.argmax(excess[:, s, t]))
     rates, probs = responses[at]
     k = int(probs[s, t].argmax())
     return s, t, int(min(sides[at], ctx.x.shape[-1])), COLOURS[k], float(rates[s, t, k])
+
+
+def square_scores(ctx: Any, sides: tuple[int, ...] = SQUARE_SIDES, centres: np.ndarray | None = None,
+                  ) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+    """The squares' answers and what :func:`square_pair` ranks: per side the (rates, probabilities) of
+    :func:`~trojanscope.modalities.image.features.blob_scan.square_responses`, and the colour excess of the
+    probabilities [sides, C, C] (-inf on the diagonal and for sources without examples). The squares go on
+    ``centres`` ([N, 2]; default :func:`sign_centres`)."""
+    from trojanscope.modalities.image.features.blob_scan import square_responses
+    from trojanscope.modalities.image.features.sign_squares import colour_excess
+
+    centres = sign_centres(ctx) if centres is None else centres
+    responses = [square_responses(ctx, centres, side) for side in sides]
+    return responses, np.stack([colour_excess(ctx, probs) for _, probs in responses])
 
 
 def _spread(y: np.ndarray, idx: np.ndarray, n: int) -> np.ndarray:

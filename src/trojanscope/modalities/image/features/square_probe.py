@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from trojanscope.detectors.features import FeatureFamily
-from trojanscope.modalities.image.explain import SQUARE_CENTRE, SQUARE_SIDES
-from trojanscope.modalities.image.features.blob_scan import centre, square_responses
+from trojanscope.modalities.image.explain import SQUARE_CENTRE, SQUARE_SIDES, square_scores
+from trojanscope.modalities.image.features.blob_scan import centre
 from trojanscope.modalities.image.features.sign_squares import colour_excess
 
 
@@ -55,13 +55,11 @@ class SquareProbe(FeatureFamily):
         return {"sides": list(self.sides), "place": dict(self.place)}
 
     def compute(self, ctx) -> dict[str, float]:
-        centres = centre(ctx, **self.place)
-        responses = [square_responses(ctx, centres, side) for side in self.sides]  # (rates, probabilities)
-        excess = np.stack([colour_excess(ctx, probs) for _, probs in responses])  # [sides, C, C], -inf invalid
-        score = excess.sum(0)
+        responses, excess = square_scores(ctx, self.sides, centre(ctx, **self.place))
+        score = excess.sum(0)  # the explanation's pair score
         valid = np.isfinite(score)
         ranked = np.sort(score[valid])[::-1]
-        s, t = (int(v) for v in np.unravel_index(np.argmax(np.where(valid, score, -np.inf)), score.shape))
+        s, t = (int(v) for v in np.unravel_index(np.argmax(score), score.shape))  # -inf where not a pair
         reverse = float(score[t, s]) if np.isfinite(score[t, s]) else 0.0
         at = int(np.argmax(excess[:, s, t]))
         rates, probs = responses[at]
