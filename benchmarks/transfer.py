@@ -18,6 +18,10 @@ and "round5-cpu" can be one group or two) and its role (train or test). Then, fo
 Each test line also counts the models whose features lie further from the union fit's training centre than
 any training model's (the detector's "features outside fit" warning, docs/detectors.md).
 
+``--variants`` takes the family combinations below and any registered meta-classifier detector, fitted as its
+declaration says (its families and references): ``--variants image-probe`` with image rows refits and scores the
+image detector without a zoo.
+
 ``--rows FILE`` reads a zoo's feature rows kept in the repository (``benchmarks/rows.py``; its group and role are
 the file's) in place of ``--zoo``: no zoo, no feature computation. Fits get each model's group: with 3 or more
 groups on the train side, the meta-classifier calibrates leaving one group out and abstains outside its reach
@@ -88,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     import numpy as np
 
     from trojanscope.detectors import DETECTORS
-    from trojanscope.detectors.learned import inputs_for_model_dir
+    from trojanscope.detectors.learned import MetaDetector, inputs_for_model_dir
     from trojanscope.detectors.meta import reference_keys
     from trojanscope.detectors.runner import released_model_dirs
     from trojanscope.scoring.metrics import score_all
@@ -104,7 +108,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path("/tmp/transfer-bench"))
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--variants", default="default," + ",".join(VARIANTS),
-                    help="comma-separated: default and/or names of VARIANTS in this file")
+                    help="comma-separated: names of VARIANTS in this file and/or registered meta-classifier "
+                         "detectors (default, auto, image-probe, ...), each fitted as its declaration says")
     ap.add_argument("--held-out", choices=("test", "all"), default="test",
                     help="which zoos of the held-out group leave-one-group-out scores: its test zoos (default) or "
                          "all of them (none is in that fit: at least 60 models from a smaller test split)")
@@ -118,7 +123,10 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("give at least one --zoo GROUP:ROLE:PATH or --rows FILE")
     args.out.mkdir(parents=True, exist_ok=True)
     registered = DETECTORS.get("default").families
-    declared = ("default", "auto")  # registered detectors scored as themselves (their union fit is what ships)
+    # registered meta-classifier detectors scored as themselves (their union fit is what ships): default, auto,
+    # and e.g. image-probe on image rows; a name VARIANTS also defines is the plain family fit below
+    declared = tuple(n for n in DETECTORS.names() if n not in VARIANTS
+                     and type(DETECTORS.get(n)()) is MetaDetector)  # not image-litmus: it learns from zoos
     variants = {**{n: tuple(DETECTORS.get(n).families) for n in declared}, **VARIANTS,
                 "default+tokens": (*registered, "tokens")}
     chosen = [v.strip() for v in args.variants.split(",") if v.strip()]

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
@@ -61,3 +62,41 @@ def test_a_fit_from_rows_files_is_saved_and_runs_as_the_registered_detector(tmp_
     det = DETECTORS.get("auto").load(out / "auto-union.json")
     assert "weights" in det.used_families
     assert det.trained_on_["domain"]["architecture"] == ["GruLinear"] and det.trained_on_["n_models"] == 24
+
+
+def test_a_registered_image_detector_refits_from_image_rows(tmp_path, capsys):
+    """`--variants image-probe` fits the declared image detector (its family and its references) from image rows,
+    with no zoo, and saves the fit that `trojanscope evaluate --detector image-probe --params FILE` runs."""
+    import json
+
+    import rows
+    import transfer
+    from trojanscope.detectors import DETECTORS
+
+    rng = np.random.default_rng(2)
+    names = ["square-probe.score_max", "square-probe.reverse"]
+    files = []
+    for role, n in (("train", 32), ("test", 12)):
+        models = []
+        for i in range(n):
+            arch = ("ConvNet", "ResNetTiny")[(i // 2) % 2]
+            domain = {"modality": "image", "n_classes": 5, "architecture": arch, "shape": f"{arch} width 16",
+                      "input": "image 3x32x32"}
+            models.append({"model": f"id-{i:08d}", "label": i % 2, "released": True, "seconds": 1.0, "metadata": {},
+                           "domain": domain,
+                           "features": {"square-probe": [2.0 * (i % 2) + float(rng.normal()), float(rng.normal())]}})
+        doc = {"format": rows.ROWS_FORMAT, "group": "round1-cpu", "role": role, "zoo": role, "preset": "round1-cpu",
+               "preset_version": 2, "command": "trojanscope zoo make ...",
+               "families": {"square-probe": {"digest": rows._family_digest("square-probe"), "names": names}},
+               "models": models}
+        files.append(tmp_path / f"{role}.json")
+        files[-1].write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    transfer.main(["--out", str(out), "--variants", "image-probe", "--rows", str(files[0]), str(files[1])])
+    printed = capsys.readouterr().out
+    assert "== image-probe: square-probe" in printed and "saved" in printed
+    det = DETECTORS.get("image-probe").load(out / "image-probe-union.json")
+    assert det.classifier_.reference in DETECTORS.get("image-probe")().references
+    assert sorted(det.trained_on_["domain"]["architecture"]) == ["ConvNet", "ResNetTiny"]
+    with pytest.raises(SystemExit):  # a detector that learns from zoos is not a rows variant
+        transfer.main(["--out", str(out), "--variants", "image-litmus", "--rows", str(files[0])])
