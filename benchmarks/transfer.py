@@ -217,7 +217,10 @@ def main(argv: list[str] | None = None) -> None:
                               + f" --detector {name} --out {out}"}
             else:  # fitted from rows files
                 provenance = {"rows": [str(p) for p, _ in train],
-                              "preset": " + ".join(sorted({g for g, role, *_ in data if role == "train"}))}
+                              "preset": " + ".join(sorted({g for g, role, *_ in data if role == "train"})),
+                              "command": f"python benchmarks/transfer.py --out {args.out} --variants {name} "
+                                         f"--calibration {args.calibration} --rows "
+                                         + " ".join(str(p) for p, _ in train)}
             det.save(out, n_models=len(tr_y), written_by="benchmarks/transfer.py", **provenance)
             print(f"  saved {out}")
 

@@ -98,5 +98,7 @@ def test_a_registered_image_detector_refits_from_image_rows(tmp_path, capsys):
     det = DETECTORS.get("image-probe").load(out / "image-probe-union.json")
     assert det.classifier_.reference in DETECTORS.get("image-probe")().references
     assert sorted(det.trained_on_["domain"]["architecture"]) == ["ConvNet", "ResNetTiny"]
+    assert det.trained_on_["command"].startswith("python benchmarks/transfer.py") and str(files[0]) in \
+        det.trained_on_["command"] and str(files[1]) not in det.trained_on_["command"]  # the fit read train rows
     with pytest.raises(SystemExit):  # a detector that learns from zoos is not a rows variant
         transfer.main(["--out", str(out), "--variants", "image-litmus", "--rows", str(files[0])])
