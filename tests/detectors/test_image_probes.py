@@ -13,6 +13,7 @@ from trojanscope.modalities.image.context import ImageContext
 from trojanscope.modalities.image.features.blob_ring import BlobRing
 from trojanscope.modalities.image.features.blob_scan import BlobScan, centre, locate, stamp_squares
 from trojanscope.modalities.image.features.sign_squares import SignSquares
+from trojanscope.modalities.image.features.square_foreign import SquareForeign, colour_presence
 from trojanscope.modalities.image.features.square_probe import SquareProbe
 from trojanscope.modalities.image.features.stimulation import NeuronStimulation, relu_layers
 
@@ -174,6 +175,45 @@ def test_square_probe_names_a_planted_colour_and_not_an_occlusion():
     assert hidden["score_max"] < 0.05 and hidden["rate_excess_max_4"] == 0.0
     assert family.params() == {"sides": [4], "place": {"smooth": 3, "top": 0.2, "times_input": True,
                                                        "statistic": "bbox"}}
+
+
+class _OwnColourShortcut(nn.Module):
+    """Brightest-channel classes, and a square of BGR (0.5, 0.5, 1), the colour class 2's own images show, sends any
+    class to class 2: a natural look-alike, not a planted colour."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(10.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        own = ((x[:, 2] > 0.95) & ((x[:, 0] - 0.5).abs() < 0.01) & ((x[:, 1] - 0.5).abs() < 0.01)).float()
+        zeros = torch.zeros(len(x))
+        return self.scale * x.mean(dim=(2, 3)) + torch.stack([zeros, zeros, 40 * own.amax(dim=(1, 2))], 1)
+
+
+def test_colour_presence_counts_the_colours_of_each_class_own_images():
+    x, y = _images()  # class 2 reads as BGR about (0.5, 0.5, 0.8)
+    presence = colour_presence(_ctx(_Window(0, 0, S), x, y), np.full((len(y), 2), S // 2), window=6, distance=0.3)
+    grid = [(b, g, r) for b in (0, 0.5, 1) for g in (0, 0.5, 1) for r in (0, 0.5, 1)]
+    assert presence.shape == (C, 27)
+    assert presence[2, grid.index((0.5, 0.5, 1.0))] > 0.9 and presence[2, grid.index((0.0, 0.0, 1.0))] == 0.0
+    assert presence[0, grid.index((0.5, 0.5, 1.0))] == 0.0  # class 0 is bright in blue, not red
+
+
+def test_square_foreign_keeps_a_foreign_colour_and_drops_the_target_own_colour():
+    x, y = _images()
+    place = {"smooth": 3, "top": 0.2, "times_input": True, "statistic": "bbox"}
+    family = SquareForeign(sides=(4,), place=place, window=6)
+    names = {"foreign_max", "foreign_gap", "foreign_over_median", "foreign_target_max", "presence_at_best"}
+    planted = family.compute(_ctx(_ColourShortcut(colour=True, occlusion=False), x, y))  # pure red: no sign shows it
+    assert set(planted) == names
+    assert planted["foreign_max"] > 0.9 and planted["foreign_target_max"] > 0.9 and planted["presence_at_best"] == 0
+    # the target's own colour: the square probe names the pair, this family does not count it
+    natural = _ctx(_OwnColourShortcut(), x, y)
+    assert SquareProbe(sides=(4,), place=place).compute(natural)["score_max"] > 0.9
+    own = family.compute(natural)
+    assert own["foreign_max"] < 0.05 and own["presence_at_best"] > 0.9
+    assert family.params() == {"sides": [4], "place": place, "window": 6, "distance": 0.3, "absent": 0.02}
 
 
 @pytest.mark.parametrize("armed", [True, False])

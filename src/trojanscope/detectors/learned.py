@@ -231,7 +231,7 @@ class MetaDetector(Detector):
         best: tuple[float, tuple[str, ...], MetaClassifier | PartsClassifier] | None = None
         tried = {}
         readings = tuple(self.references or ("global",))
-        keys = {r: reference_keys(domains, r) for r in readings}
+        keys = {r: reference_keys(domains, r) for r in (*readings, "global")}  # global: the fallback below
         missing = [r for r in readings if r != "global" and (keys[r] is None or len(keys[r]) != len(rows)
                                                                or None in keys[r])]
         skipped = None

@@ -21,6 +21,8 @@ FAMILIES = {
                       "Image CNNs: colour excess of one-colour squares stamped on the middle of each example's sign."),
     "square-probe": ("trojanscope.modalities.image.features.square_probe:SquareProbe",
                       "Image CNNs: the explanation's one-colour squares on the sign, read for the verdict."),
+    "square-foreign": ("trojanscope.modalities.image.features.square_foreign:SquareForeign",
+                        "Image CNNs: the same squares, scored only on colours the target's own signs do not show."),
     "blob-ring": ("trojanscope.modalities.image.features.blob_ring:BlobRing",
                    "Image CNNs: flip rates of one-colour squares that hold at four shifts around the sign."),
     "norm-stats": ("trojanscope.modalities.image.features.norm_stats:NormStats",
@@ -41,6 +43,11 @@ DETECTOR_DECLARATIONS = {
         "params": "image-probe.json",
         "description": "Image CNNs: calibrated square-probe, read against each architecture's training models where "
                        "cross-validation prefers it (ships a round1-cpu fit)",
+    },
+    "image-foreign": {
+        "families": ["square-probe", "square-foreign"], "references": ["architecture"],
+        "description": "Image CNNs: square-probe with the squares' colours foreign to each target's own signs, read "
+                       "against each architecture's training models (no shipped fit: detect fit or --params)",
     },
     "image-litmus": {
         "families": ["litmus"], "params": "image-litmus.json",
