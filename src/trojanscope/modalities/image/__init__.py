@@ -46,8 +46,9 @@ DETECTOR_DECLARATIONS = {
     },
     "image-foreign": {
         "families": ["square-probe", "square-foreign"], "references": ["architecture"],
-        "description": "Image CNNs: square-probe with the squares' colours foreign to each target's own signs, read "
-                       "against each architecture's training models (no shipped fit: detect fit or --params)",
+        "params": "image-foreign.json",
+        "description": "Image CNNs: square-probe plus the squares' colours foreign to each target's own signs, read "
+                       "against each architecture's training models (ships a round1-cpu fit)",
     },
     "image-litmus": {
         "families": ["litmus"], "params": "image-litmus.json",
