@@ -203,9 +203,16 @@ def fit(
 
 
 def detectors() -> None:
+    import textwrap
+
     from trojanscope.detectors import DETECTORS, domain, load_detector
 
     width = max(map(len, DETECTORS.names()))
+
+    def detail(text: str, indent: str = "") -> None:  # a shipped file's lines, under the description, <= 110 wide
+        pad = " " * (width + 1) + indent
+        typer.echo(textwrap.fill(text, 110, initial_indent=pad, subsequent_indent=pad + "  ", break_long_words=False))
+
     for name in DETECTORS.names():
         typer.echo(f"{name:<{width}} {DETECTORS.help(name)}")  # aligned to the longest name
         if getattr(DETECTORS.get(name), "shipped", None):
@@ -216,28 +223,26 @@ def detectors() -> None:
                        "no feature-novelty bound (fitted before it; refit with `detect fit` to get one)")
             first, *shapes = domain.describe(fitted.get("domain"))
             preset = fitted.get("preset") or " + ".join(sorted(fitted.get("groups") or {}))  # groups: generators
-            typer.echo(f"{'':<{width}} shipped parameters fitted on {fitted.get('n_models', '?')} "
-                       f"{preset + ' ' if preset else ''}models")
-            typer.echo(f"{'':<{width}} fit domain: {first}")
+            detail(f"shipped parameters fitted on {fitted.get('n_models', '?')} {preset + ' ' if preset else ''}models")
+            detail(f"fit domain: {first}")
             for line in shapes:
-                typer.echo(f"{'':<{width}}   {line}")
-            typer.echo(f"{'':<{width}} {novelty}")
+                detail(line, "  ")
+            detail(novelty)
             keys = shipped.abstain_keys() if hasattr(shipped, "abstain_keys") else ()
             if keys:
-                typer.echo(f"{'':<{width}} answers 0.5 outside the fit's {', '.join(domain.WORDS[k] for k in keys)};"
-                           " warns on other differences")
+                detail(f"answers 0.5 outside the fit's {', '.join(domain.WORDS[k] for k in keys)}; warns on other "
+                       "differences")
             clf = getattr(shipped, "classifier_", None)
             if clf is not None:
                 calibrated = (f"calibrated leaving one of {clf.n_groups} generators out; abstains beyond its reach"
                               if clf.calibration == "groups" else
                               "calibrated on stratified folds; no abstention by reach "
                               "(refit over 3+ generators for it)")
-                typer.echo(f"{'':<{width}} {calibrated}")
+                detail(calibrated)
             held = getattr(shipped, "anchor_", None)
             if held:
-                typer.echo(f"{'':<{width}} answer held within {held['cap']:g} nat(s) of log-odds of a "
-                           f"{'+'.join(held['families'])}-only classifier's (fitted on "
-                           f"{held['trained_on'].get('n_models', '?')} models)")
+                detail(f"answer held within {held['cap']:g} nat(s) of log-odds of a {'+'.join(held['families'])}-only "
+                       f"classifier's (fitted on {held['trained_on'].get('n_models', '?')} models)")
 
 
 def register(app: typer.Typer, zoo: typer.Typer) -> None:
