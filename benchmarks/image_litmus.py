@@ -22,6 +22,12 @@ Pre-registered decision rule (fixed in this docstring before any holdout model w
 The grid was shaped on the train split only (a 3-fold look at the base and the first stamp candidate on its
 first 15 models, while the rest were being built); no holdout model existed when this rule was written.
 Learning runs single-threaded (``torch.set_num_threads(1)``), so figures are reproducible bit for bit.
+
+Second rule (stop 88, ``--grid many``): the same procedure on every kept round1-cpu v2 zoo of stops 84-86 at once
+(``--train`` takes several zoos: 340 models), with ``GRID_MANY``'s two candidates (more Adam steps, since each
+fold now holds about 270 models instead of 19), then one read of holdout indices 842-901 (60 models, never read by
+any litmus file). The stop-62 fit answered 0.5 to every model, so the winner replaces the shipped file if its
+held-out CE is below ln 2; the research notes record the rule and the figures.
 """
 
 from __future__ import annotations
@@ -50,7 +56,25 @@ GRID = [
     {**BASE, "mode": "stamp", "n_queries": 5},
     {**BASE, "mode": "stamp", "n_queries": 5, "patch": 0.12},
 ]
+# Stop 88: every kept round1-cpu zoo (340 models). Steps scaled so each model is seen about 25 times per fold;
+# the stamp candidate costs twice as much per step, so it gets half the steps.
+GRID_MANY = [
+    {**BASE, "steps": 600},
+    {**BASE, "mode": "stamp", "n_queries": 5, "steps": 300},
+]
+GRIDS = {"stop62": GRID, "many": GRID_MANY}
 TIE = 0.005
+
+
+def _train_inputs(zoos: list[Path]):
+    from trojanscope.detectors.runner import zoo_inputs
+
+    models, labels = [], []
+    for z in zoos:
+        m, y = zoo_inputs(z)
+        models += m
+        labels += y
+    return models, labels
 
 
 def _cv_one(nets, labels, cfg, folds: int) -> dict:
@@ -65,16 +89,17 @@ def _cv_one(nets, labels, cfg, folds: int) -> dict:
 
 
 def cmd_cv(args: argparse.Namespace) -> None:
-    from trojanscope.detectors.runner import zoo_inputs
     from trojanscope.modalities.image.litmus import LitmusConfig, nets_of
 
-    models, labels = zoo_inputs(args.train)
-    print(f"{args.train}: {len(models)} models ({sum(labels)} trojaned); {len(GRID)} candidates, {args.folds}-fold CV")
+    grid = GRIDS[args.grid]
+    models, labels = _train_inputs(args.train)
+    print(f"{' '.join(map(str, args.train))}: {len(models)} models ({sum(labels)} trojaned); {len(grid)} candidates, "
+          f"{args.folds}-fold CV", flush=True)
     nets = nets_of(models)
     cv_dir = args.out / "cv"
     cv_dir.mkdir(parents=True, exist_ok=True)
-    only = set(range(len(GRID))) if args.only is None else {int(i) for i in args.only.split(",")}
-    for i, params in enumerate(GRID):
+    only = set(range(len(grid))) if args.only is None else {int(i) for i in args.only.split(",")}
+    for i, params in enumerate(grid):
         path = cv_dir / f"{i}.json"
         if i not in only or path.is_file():
             continue
@@ -83,7 +108,7 @@ def cmd_cv(args: argparse.Namespace) -> None:
         path.write_text(json.dumps(res, indent=1))
         print(f"candidate {i}: CV CE {res['cv_cross_entropy']:.4f}, CV AUC {res['cv_roc_auc']:.4f} "
               f"({res['seconds']:.0f} s)", flush=True)
-    files = {i: cv_dir / f"{i}.json" for i in range(len(GRID))}
+    files = {i: cv_dir / f"{i}.json" for i in range(len(grid))}
     done = {i: json.loads(f.read_text()) for i, f in files.items() if f.is_file()}
     print("\n  #  mode   queries  patch  init      cv CE   cv AUC  seconds")
     for i, res in done.items():
@@ -91,16 +116,16 @@ def cmd_cv(args: argparse.Namespace) -> None:
         patch = f"{c['patch']:.2f}" if c["mode"] == "stamp" else "  -  "
         print(f"{i:3d}  {c['mode']:5s}  {c['n_queries']:7d}  {patch}  {c['init']:8s}  {res['cv_cross_entropy']:.4f}  "
               f"{res['cv_roc_auc']:.4f}  {res['seconds']:7.0f}")
-    if len(done) == len(GRID):
+    if len(done) == len(grid):
         best = min(res["cv_cross_entropy"] for res in done.values())
         winner = min(i for i, res in done.items() if res["cv_cross_entropy"] <= best + TIE)
         (args.out / "choice.json").write_text(json.dumps({"index": winner, **done[winner]}, indent=1))
-        print(f"winner (lowest CV CE, ties within {TIE} to the first listed): candidate {winner}: {GRID[winner]}")
+        print(f"winner (lowest CV CE, ties within {TIE} to the first listed): candidate {winner}: {grid[winner]}")
 
 
 def cmd_holdout(args: argparse.Namespace) -> None:
     from trojanscope.detectors.learned import inputs_for_model_dir
-    from trojanscope.detectors.runner import released_model_dirs, zoo_inputs
+    from trojanscope.detectors.runner import released_model_dirs
     from trojanscope.modalities.image.litmus import CHOSEN, ImageLitmusDetector
     from trojanscope.models.layout import read_ground_truth
     from trojanscope.scoring.metrics import score_all
@@ -111,13 +136,14 @@ def cmd_holdout(args: argparse.Namespace) -> None:
                  "set CHOSEN to it first")
     params = args.out / "image-litmus.json"
     if not params.is_file():
-        models, labels = zoo_inputs(args.train)
+        models, labels = _train_inputs(args.train)
         t0 = time.perf_counter()
         # the winner's out-of-fold scores from `cv` are the ones fit would recompute (same folds, seed, one thread)
         oof = json.loads(choice.read_text())["oof"] if choice.is_file() else None
         det = ImageLitmusDetector(config=CHOSEN).fit(models, labels, out_of_fold=oof)
-        det.save(params, zoo=str(args.train), preset="round1-cpu",
-                 command=f"benchmarks/image_litmus.py holdout --train {args.train} --test TEST --out {args.out}")
+        train = " ".join(map(str, args.train))
+        det.save(params, zoo=train, preset="round1-cpu",
+                 command=f"benchmarks/image_litmus.py holdout --train {train} --test TEST --out {args.out}")
         print(f"fitted on {len(models)} train models in {time.perf_counter() - t0:.0f} s: "
               f"CV CE {det.classifier_.cv_cross_entropy:.4f}, CV AUC {det.classifier_.cv_roc_auc:.4f}")
     if args.test is None:
@@ -148,12 +174,13 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     cv = sub.add_parser("cv", help="cross-validate every candidate on the train zoo and pick the winner")
-    cv.add_argument("--train", type=Path, required=True)
+    cv.add_argument("--train", type=Path, nargs="+", required=True, help="one or more train zoos, fitted together")
     cv.add_argument("--out", type=Path, required=True)
+    cv.add_argument("--grid", choices=sorted(GRIDS), default="stop62", help="which pre-registered candidate list")
     cv.add_argument("--folds", type=int, default=5)
     cv.add_argument("--only", help="comma-separated candidate indices (to split the grid over processes)")
     ho = sub.add_parser("holdout", help="fit CHOSEN on the train zoo (once) and score the holdout zoo")
-    ho.add_argument("--train", type=Path, required=True)
+    ho.add_argument("--train", type=Path, nargs="+", required=True, help="the train zoos given to cv")
     ho.add_argument("--test", type=Path, help="the holdout zoo (left out: fit and save only)")
     ho.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
