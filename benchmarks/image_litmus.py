@@ -124,6 +124,7 @@ def cmd_cv(args: argparse.Namespace) -> None:
 
 
 def cmd_holdout(args: argparse.Namespace) -> None:
+    from trojanscope.detectors import load_detector
     from trojanscope.detectors.learned import inputs_for_model_dir
     from trojanscope.detectors.runner import released_model_dirs
     from trojanscope.modalities.image.litmus import CHOSEN, ImageLitmusDetector
@@ -148,7 +149,7 @@ def cmd_holdout(args: argparse.Namespace) -> None:
               f"CV CE {det.classifier_.cv_cross_entropy:.4f}, CV AUC {det.classifier_.cv_roc_auc:.4f}")
     if args.test is None:
         return
-    det = ImageLitmusDetector.load(params)
+    det = load_detector("image-litmus", str(params))  # as `trojanscope evaluate --params` loads it
     rows = []
     for d in released_model_dirs(args.test):  # every model once, with the parameters fixed above
         t0 = time.perf_counter()

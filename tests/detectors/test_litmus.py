@@ -127,16 +127,20 @@ def test_image_litmus_fits_saves_and_scores_the_tiny_zoo(tiny_image_zoo, tmp_pat
 
 
 @pytest.mark.slow
-def test_configure_mode_learns_queries_from_the_train_split(tiny_image_zoo, tmp_path):
-    from dataclasses import asdict
+def test_configure_mode_learns_queries_from_the_train_split(tiny_image_zoo, tmp_path, monkeypatch):
+    from dataclasses import asdict, replace
 
     from trojanscope.detectors.runner import configure, learned_params_file, score_inputs, zoo_inputs
-    from trojanscope.modalities.image.litmus import CHOSEN
+    from trojanscope.modalities.image import litmus
 
+    # configure learns with whatever CHOSEN is at the time; a short schedule keeps the test fast (the shipped one
+    # takes 600 steps per fold)
+    chosen = replace(litmus.CHOSEN, steps=40)
+    monkeypatch.setattr(litmus, "CHOSEN", chosen)
     det, n = configure(tiny_image_zoo, tmp_path / "learned", "image-litmus")
     models, _ = zoo_inputs(tiny_image_zoo)
     params = json.loads(learned_params_file(tmp_path / "learned", "image-litmus").read_text())
-    assert n == len(models) and params["trained_on"]["litmus"]["config"] == asdict(CHOSEN)
+    assert n == len(models) and params["trained_on"]["litmus"]["config"] == asdict(chosen)
     assert "queries" in params["family_params"]["litmus"]
     p = score_inputs(models[0], "image-litmus", learned_parameters_dirpath=tmp_path / "learned")
     assert p == det.score(models[0]).probability and 0 < p < 1
