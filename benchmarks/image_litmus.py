@@ -3,6 +3,8 @@
     export TROJANSCOPE_DATA=/path/to/shared/data
     .venv/bin/python benchmarks/image_litmus.py cv --train zoos/r1-train --out /tmp/litmus [--only 0,2]
     .venv/bin/python benchmarks/image_litmus.py holdout --train zoos/r1-train --test zoos/r1-holdout --out /tmp/litmus
+    # stop 88: several train zoos fitted together, the second grid
+    .venv/bin/python benchmarks/image_litmus.py cv --grid many --train zoos/r1-train84 zoos/r1-train85 ... --out /tmp/l88
 
 Pre-registered decision rule (fixed in this docstring before any holdout model was read):
 
