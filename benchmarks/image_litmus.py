@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/image_litmus.py cv --train zoos/r1-train --out /tmp/litmus [--only 0,2]
     .venv/bin/python benchmarks/image_litmus.py holdout --train zoos/r1-train --test zoos/r1-holdout --out /tmp/litmus
     # stop 88: several train zoos fitted together, the second grid
-    .venv/bin/python benchmarks/image_litmus.py cv --grid many --train zoos/r1-train84 zoos/r1-train85 ... --out /tmp/l88
+    .venv/bin/python benchmarks/image_litmus.py cv --grid many --train zoos/r1-train84 zoos/r1-hold84 --out /tmp/l88
 
 Pre-registered decision rule (fixed in this docstring before any holdout model was read):
 
@@ -26,7 +26,7 @@ first 15 models, while the rest were being built); no holdout model existed when
 Learning runs single-threaded (``torch.set_num_threads(1)``), so figures are reproducible bit for bit.
 
 Second rule (stop 88, ``--grid many``): the same procedure on every kept round1-cpu v2 zoo of stops 84-86 at once
-(``--train`` takes several zoos: 340 models), with ``GRID_MANY``'s two candidates (more Adam steps, since each
+(``--train`` takes several zoos: 339 released models), with ``GRID_MANY``'s two candidates (more Adam steps, since each
 fold now holds about 270 models instead of 19), then one read of holdout indices 842-901 (60 models, never read by
 any litmus file). The stop-62 fit answered 0.5 to every model, so the winner replaces the shipped file if its
 held-out CE is below ln 2; the research notes record the rule and the figures.
@@ -58,7 +58,7 @@ GRID = [
     {**BASE, "mode": "stamp", "n_queries": 5},
     {**BASE, "mode": "stamp", "n_queries": 5, "patch": 0.12},
 ]
-# Stop 88: every kept round1-cpu zoo (340 models). Steps scaled so each model is seen about 25 times per fold;
+# Stop 88: every kept round1-cpu zoo (339 released models). Steps scaled so each model is seen about 25 times per fold;
 # the stamp candidate costs twice as much per step, so it gets half the steps.
 GRID_MANY = [
     {**BASE, "steps": 600},
