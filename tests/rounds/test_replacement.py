@@ -87,3 +87,24 @@ def test_keep_failed_keeps_them_and_a_later_run_replaces_them(monkeypatch, tmp_p
     cfg = json.loads((out / "models" / "id-00000000" / "config.json").read_text())
     preset = load_preset(tiny_preset)[0]
     assert cfg["master_seed"] == redraw_plan(preset, draw_plan(preset, "train", 0), 1).seed
+
+
+@pytest.mark.slow
+def test_a_model_whose_every_draw_fails_is_left_out_and_named(monkeypatch, tmp_path, tiny_preset, data_root):
+    from trojanscope.rounds import zoo
+
+    out, cache = tmp_path / "zoo", tmp_path / "c.sqlite"
+    monkeypatch.setattr(zoo, "MAX_REDRAWS", 1)  # two draws per model
+    # model 0: both draws fail; model 1: draw 0 passes
+    _scripted_bars(monkeypatch, [False, False, True])
+    result = make_zoo(tiny_preset, "train", 2, out, data_root=data_root, cache_path=cache, executor="serial",
+                      progress=False)  # fmt: skip
+    assert result.gave_up == ["id-00000000"]
+    assert [d.name for d in list_model_dirs(out)] == ["id-00000001"] and read_metadata(out)["converged"].all()
+    assert sorted(p.name for p in (out / FAILED_DIR).iterdir()) == ["id-00000000-draw0", "id-00000000-draw1"]
+    log = [json.loads(line) for line in (out / REPLACEMENTS_LOG).read_text().splitlines()]
+    assert [(r["draw"], r["replaced_by_draw"]) for r in log] == [(0, 1), (1, None)]
+    # resuming neither rebuilds it nor counts it as present (a further acceptance check would exhaust the script)
+    again = make_zoo(tiny_preset, "train", 2, out, data_root=data_root, cache_path=cache, executor="serial",
+                     progress=False)  # fmt: skip
+    assert again.gave_up == ["id-00000000"] and again.skipped == 1 and not again.built

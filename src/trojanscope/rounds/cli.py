@@ -66,7 +66,8 @@ def make(
     its preset and split: resuming it with another is refused. A first call that fails before any model
     is built leaves no OUT behind. A model that misses the
     preset's bars after its attempts is moved to OUT/failed/ and replaced by a fresh draw of the same
-    factor cell (OUT/replacements.log), so the release holds converged models only (--keep-failed: not).
+    factor cell (OUT/replacements.log), up to 10 times; a model whose every draw misses them is left out
+    and named, so the release holds converged models only (--keep-failed: not).
     Text presets (round5-cpu, round6-cpu, dynasent-cpu, round5) train heads on a frozen encoder's
     summary vectors; image presets (round1-cpu; faithful round0/round1 need torchvision) train CNNs
     on synthetic sign scenes. Examples:
@@ -109,6 +110,10 @@ def make(
     except KeyboardInterrupt:
         typer.echo(INTERRUPTED, err=True)
         raise typer.Exit(130) from None
+    if result.gave_up:
+        typer.echo(f"warning: {len(result.gave_up)} models missed the bars in every draw and are left out of the "
+                   f"release: {', '.join(sorted(result.gave_up))} (their draws: {out}/failed/, "
+                   f"{out}/replacements.log)", err=True)
     if not quiet:
         typer.echo(f"{len(result.built)} models built, {result.skipped} already present in {out}")
         print_summary(out)

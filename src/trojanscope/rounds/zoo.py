@@ -42,6 +42,7 @@ class ZooResult:
     out: Path
     built: list[BuildOutcome] = field(default_factory=list)
     skipped: int = 0
+    gave_up: list[str] = field(default_factory=list)  # models whose every draw missed the bars: not released
     pool_encode: Timing = field(default_factory=Timing)
     metadata: pd.DataFrame | None = None
 
@@ -65,7 +66,9 @@ def _build_draw(preset: AnyPreset, split: str, index: int, draw: int) -> BuildOu
 
 def _build_one(item: tuple[int, str, bool]) -> BuildOutcome:
     """Build model ``index``; unless ``keep_failed``, a model that misses the bars after its attempts moves to
-    ``failed/`` and a fresh draw of the same factor cell takes its place (at most MAX_REDRAWS times)."""
+    ``failed/`` and a fresh draw of the same factor cell takes its place (at most MAX_REDRAWS times). When the
+    last draw misses them too, it moves to ``failed/`` as well and the model is left out of the release: a
+    release holds converged models only (the returned outcome then says ``converged`` False)."""
     index, split, keep_failed = item
     preset: AnyPreset = _STATE["preset"]
     models_dir: Path = _STATE["models_dir"]
@@ -73,9 +76,12 @@ def _build_one(item: tuple[int, str, bool]) -> BuildOutcome:
     draw = next_draw(models_dir.parent, name)
     while True:
         outcome = _build_draw(preset, split, index, draw)
-        if outcome.metadata.get("converged") is True or keep_failed or draw >= MAX_REDRAWS:
+        if outcome.metadata.get("converged") is True or keep_failed:
             return outcome
-        retire_failed(models_dir.parent, name, draw, outcome.metadata)
+        last = draw >= MAX_REDRAWS
+        retire_failed(models_dir.parent, name, draw, outcome.metadata, replaced=not last)
+        if last:
+            return outcome
         draw += 1
 
 
@@ -84,15 +90,22 @@ def next_draw(out: Path, name: str) -> int:
     return len(list((out / FAILED_DIR).glob(f"{name}-draw*")))
 
 
-def retire_failed(out: Path, name: str, draw: int, metadata: dict[str, Any]) -> None:
-    """Move a non-converged model out of the release into ``failed/NAME-drawK`` and log the replacement."""
+def gave_up(out: Path, name: str) -> bool:
+    """Whether every draw of model ``name`` missed the bars (all MAX_REDRAWS + 1 of them are in ``failed/``)."""
+    return next_draw(out, name) > MAX_REDRAWS
+
+
+def retire_failed(out: Path, name: str, draw: int, metadata: dict[str, Any], replaced: bool = True) -> None:
+    """Move a non-converged model out of the release into ``failed/NAME-drawK`` and log the replacement (or, for
+    the last draw, that none follows: ``replaced_by_draw`` null)."""
     failed = out / FAILED_DIR
     failed.mkdir(exist_ok=True)
     (out / "models" / name).rename(failed / f"{name}-draw{draw}")
     accs = {k: metadata.get(k) for k in (
         "final_clean_data_test_acc", "final_triggered_data_test_acc", "final_spurious_data_test_acc", "attempts",
     )}  # fmt: skip
-    line = json.dumps({"model": name, "draw": draw, "replaced_by_draw": draw + 1, "poisoned": metadata.get("poisoned"),
+    line = json.dumps({"model": name, "draw": draw, "replaced_by_draw": draw + 1 if replaced else None,
+                       "poisoned": metadata.get("poisoned"),
                        **accs, "kept_in": f"{FAILED_DIR}/{name}-draw{draw}"}, default=str)  # fmt: skip
     with (out / REPLACEMENTS_LOG).open("a", encoding="utf-8") as fh:  # one line per replacement, appended
         fh.write(line + "\n")
@@ -240,8 +253,10 @@ def _make(preset: AnyPreset, raw: str, split: str, indices: Sequence[int], out: 
             done.add(d.name)
         elif model_index(d.name) in indices:  # left by a run that stopped before replacing it
             retire_failed(out, d.name, next_draw(out, d.name), _stats(d))
-    todo = [(i, split, keep_failed) for i in indices if f"id-{i:08d}" not in done]
-    result = ZooResult(out=out, skipped=len(indices) - len(todo))
+    given_up = [f"id-{i:08d}" for i in indices
+                if f"id-{i:08d}" not in done and not keep_failed and gave_up(out, f"id-{i:08d}")]
+    todo = [(i, split, keep_failed) for i in indices if f"id-{i:08d}" not in done and f"id-{i:08d}" not in given_up]
+    result = ZooResult(out=out, skipped=len(indices) - len(todo) - len(given_up), gave_up=given_up)
 
     if todo:
         # before the pool's encoding and the workers' spawn: every CUDA context made after this sees the daemon
@@ -277,6 +292,8 @@ def _run(ex, todo, result: ZooResult, out: Path, preset: AnyPreset, split: str, 
     with bar, contextlib.closing(ex.run(_build_one, todo)) as outcomes:
         for outcome in outcomes:
             result.built.append(outcome)
+            if outcome.metadata.get("converged") is not True and not (out / "models" / outcome.name).is_dir():
+                result.gave_up.append(outcome.name)
             write_metadata(out)  # kept current, so an interrupted zoo is still inspectable
             if on_model:
                 on_model(outcome)
