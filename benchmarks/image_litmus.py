@@ -68,17 +68,6 @@ GRIDS = {"stop62": GRID, "many": GRID_MANY}
 TIE = 0.005
 
 
-def _train_inputs(zoos: list[Path]):
-    from trojanscope.detectors.runner import zoo_inputs
-
-    models, labels = [], []
-    for z in zoos:
-        m, y = zoo_inputs(z)
-        models += m
-        labels += y
-    return models, labels
-
-
 def _cv_one(nets, labels, cfg, folds: int) -> dict:
     from trojanscope.detectors.meta import MetaClassifier
     from trojanscope.modalities.image.litmus import out_of_fold_scores
@@ -91,10 +80,11 @@ def _cv_one(nets, labels, cfg, folds: int) -> dict:
 
 
 def cmd_cv(args: argparse.Namespace) -> None:
+    from trojanscope.detectors.runner import zoos_inputs
     from trojanscope.modalities.image.litmus import LitmusConfig, nets_of
 
     grid = GRIDS[args.grid]
-    models, labels = _train_inputs(args.train)
+    models, labels, _ = zoos_inputs(args.train)
     print(f"{' '.join(map(str, args.train))}: {len(models)} models ({sum(labels)} trojaned); {len(grid)} candidates, "
           f"{args.folds}-fold CV", flush=True)
     nets = nets_of(models)
@@ -128,7 +118,7 @@ def cmd_cv(args: argparse.Namespace) -> None:
 def cmd_holdout(args: argparse.Namespace) -> None:
     from trojanscope.detectors import load_detector
     from trojanscope.detectors.learned import inputs_for_model_dir
-    from trojanscope.detectors.runner import released_model_dirs
+    from trojanscope.detectors.runner import released_model_dirs, zoos_inputs
     from trojanscope.modalities.image.litmus import CHOSEN, ImageLitmusDetector
     from trojanscope.models.layout import read_ground_truth
     from trojanscope.scoring.metrics import score_all
@@ -139,14 +129,14 @@ def cmd_holdout(args: argparse.Namespace) -> None:
                  "set CHOSEN to it first")
     params = args.out / "image-litmus.json"
     if not params.is_file():
-        models, labels = _train_inputs(args.train)
+        models, labels, _ = zoos_inputs(args.train)
         t0 = time.perf_counter()
         # the winner's out-of-fold scores from `cv` are the ones fit would recompute (same folds, seed, one thread)
         oof = json.loads(choice.read_text())["oof"] if choice.is_file() else None
         det = ImageLitmusDetector(config=CHOSEN).fit(models, labels, out_of_fold=oof)
-        train = " ".join(map(str, args.train))
+        train = [str(z) for z in args.train]
         det.save(params, zoo=train, preset="round1-cpu",
-                 command=f"benchmarks/image_litmus.py holdout --train {train} --test TEST --out {args.out}")
+                 command=f"benchmarks/image_litmus.py holdout --train {' '.join(train)} --test TEST --out {args.out}")
         print(f"fitted on {len(models)} train models in {time.perf_counter() - t0:.0f} s: "
               f"CV CE {det.classifier_.cv_cross_entropy:.4f}, CV AUC {det.classifier_.cv_roc_auc:.4f}")
     if args.test is None:

@@ -169,6 +169,18 @@ def zoo_generator(zoo: Path | str) -> str:
     return str(root.resolve())
 
 
+def zoos_inputs(zoos: Sequence[Path | str], limit: int | None = None) -> tuple[list[ModelInputs], list[int], list[str]]:
+    """:func:`zoo_inputs` of several zoos fitted as one set, with each model's generator (:func:`zoo_generator`);
+    ``limit`` applies per zoo."""
+    models, labels, groups = [], [], []
+    for z in zoos:
+        m, y = zoo_inputs(z, limit)
+        models += m
+        labels += y
+        groups += [zoo_generator(z)] * len(m)
+    return models, labels, groups
+
+
 def fit_on_zoo(zoo: Path | str | Sequence[Path | str], detector: str, out: Path | str, *, workers: int = 1,
                limit: int | None = None, command: str | None = None, executor: str = "local"):
     """Fit ``detector`` on every labelled model of ``zoo`` (one zoo, or several fitted as one set: the union of
@@ -186,12 +198,7 @@ def fit_on_zoo(zoo: Path | str | Sequence[Path | str], detector: str, out: Path 
         raise ConfigError("no training zoo given; pass --zoo ZOO (repeat it to fit on several)")
     if executor not in ("local", "ray"):
         raise ConfigError(f"--executor must be local or ray, got {executor!r}")
-    models, labels, groups = [], [], []
-    for z in zoos:
-        m, y = zoo_inputs(z, limit)
-        models += m
-        labels += y
-        groups += [zoo_generator(z)] * len(m)
+    models, labels, groups = zoos_inputs(zoos, limit)
     det = DETECTORS.get(detector)(workers=workers, executor=executor).fit(models, labels, groups=groups)
     zoo_args = " ".join(f"--zoo {z}" for z in zoos)
     det.save(out, zoo=str(zoos[0]) if len(zoos) == 1 else [str(z) for z in zoos],

@@ -253,10 +253,10 @@ def _make(preset: AnyPreset, raw: str, split: str, indices: Sequence[int], out: 
             done.add(d.name)
         elif model_index(d.name) in indices:  # left by a run that stopped before replacing it
             retire_failed(out, d.name, next_draw(out, d.name), _stats(d))
-    given_up = [f"id-{i:08d}" for i in indices
-                if f"id-{i:08d}" not in done and not keep_failed and gave_up(out, f"id-{i:08d}")]
-    todo = [(i, split, keep_failed) for i in indices if f"id-{i:08d}" not in done and f"id-{i:08d}" not in given_up]
-    result = ZooResult(out=out, skipped=len(indices) - len(todo) - len(given_up), gave_up=given_up)
+    missing = {i: f"id-{i:08d}" for i in indices if f"id-{i:08d}" not in done}
+    given_up = {i: name for i, name in missing.items() if not keep_failed and gave_up(out, name)}
+    todo = [(i, split, keep_failed) for i in missing if i not in given_up]
+    result = ZooResult(out=out, skipped=len(indices) - len(missing), gave_up=list(given_up.values()))
 
     if todo:
         # before the pool's encoding and the workers' spawn: every CUDA context made after this sees the daemon
