@@ -208,7 +208,6 @@ def test_text_shapes_split_into_factors_of_their_architecture():
         "GruLinear hidden 256", "GruLinear layers 2", "GruLinear bidirectional"]
     assert shape_factors("text", "Linear") == ["Linear"]
     assert shape_factors("text", "odd shape string") == []
-    assert shape_factors("image", "ConvNet input 64") is None  # no factors: images compare shapes whole
     assert shape_factors("no-such-modality", "x") is None
 
 
@@ -297,3 +296,46 @@ def test_an_abstention_computes_no_features_and_an_answer_inside_the_fit_does(we
     assert any("answered 0.5: outside the fit's classes" in w for w in answer.warnings), answer.warnings
     inside = det.score(inputs_for_model_dir(list_model_dirs(mixed_zoo)[0]))
     assert calls == [1] and inside.features and not any("answered 0.5" in w for w in inside.warnings)
+
+
+# Image shapes record a scalable CNN's width and stages (round1-foreign's widths 8/24 and 2 or 4 stages read as
+# inside every round1-cpu fit before they did: research/detector-history.md, stop 89).
+def test_image_shapes_split_into_input_width_and_stages():
+    from trojanscope.detectors.domain import shape_factors
+
+    assert shape_factors("image", "ConvNet input 64 width 12 stages 3") == [
+        "ConvNet input 64", "ConvNet width 12", "ConvNet stages 3"]
+    assert shape_factors("image", "ResNet50 input 224") == ["ResNet50 input 224"]  # torchvision nets: no width
+    assert shape_factors("image", "ConvNet input 64 depth 3 x 1") == []
+
+
+def test_an_image_model_records_its_width_and_stages(tiny_image_zoo):
+    from trojanscope.detectors.domain import model_domain
+    from trojanscope.detectors.learned import inputs_for_model_dir
+
+    d = list_model_dirs(tiny_image_zoo)[0]
+    meta = pd.read_csv(tiny_image_zoo / "METADATA.csv").set_index("model_name").loc[d.name]
+    assert model_domain(inputs_for_model_dir(d))["shape"] == (
+        f"{meta['model_architecture']} input {meta['image_size']} width {meta['width']} stages {meta['stages']}")
+
+
+def test_a_file_fitted_before_image_widths_were_recorded_does_not_warn_on_them():
+    from trojanscope.detectors.domain import differences
+
+    old = {"modality": ["image"], "n_classes": [5], "architecture": ["ConvNet"], "shape": ["ConvNet input 64"]}
+    here = {"modality": "image", "n_classes": 5, "architecture": "ConvNet",
+            "shape": "ConvNet input 64 width 24 stages 2"}
+    assert differences(old, here) == []
+    assert differences(old, {**here, "shape": "ConvNet input 128 width 24 stages 2"})[1] == (
+        "factors", "head factor ConvNet input 128 in no shape of the fit")  # not the width and stages it never recorded
+
+
+def test_shipped_image_files_tell_a_new_width_from_a_new_combination():
+    from trojanscope.detectors.domain import differences
+
+    for name in ("image-default", "image-squares", "image-probe", "image-foreign", "image-litmus"):
+        fitted = load_detector(name).trained_on_["domain"]
+        here = {"modality": "image", "n_classes": 5, "architecture": "ResNetTiny"}
+        assert differences(fitted, {**here, "shape": "ResNetTiny input 64 width 16 stages 3"}) == [], name
+        diffs = dict(differences(fitted, {**here, "shape": "ResNetTiny input 64 width 24 stages 2"}))
+        assert diffs["factors"] == "head factors ResNetTiny width 24, ResNetTiny stages 2 in no shape of the fit", name

@@ -73,7 +73,18 @@ def _unseen_factors(fitted: dict[str, Any], here: dict[str, Any]) -> list[str]:
     if not mine or not fitted.get("shape"):
         return []
     seen = {f for s in fitted["shape"] for f in (shape_factors(here["modality"], s) or [])}
-    return [f for f in mine if f not in seen]
+    # a kind of factor (``ConvNet width``) the fit recorded for no shape of a seen architecture was not recorded then
+    # (a file from before image shapes had widths), so it is not new; every factor of an unseen architecture is
+    kinds, archs = {f.rsplit(" ", 1)[0] for f in seen}, {f.split()[0] for f in seen}
+    return [f for f in mine if f not in seen and (f.rsplit(" ", 1)[0] in kinds or f.split()[0] not in archs)]
+
+
+def _seen(key: str, seen: list, value: Any) -> bool:
+    """Whether the fit saw ``value`` for ``key``. A head shape also counts as seen where it only adds factors to a
+    recorded shape (``ConvNet input 64 width 12 stages 3`` to ``ConvNet input 64``): a file fitted before its
+    modality recorded those factors (image shapes gained width and stages in stop 89) did not say which it saw."""
+    return value in seen or (key == "shape" and isinstance(value, str)
+                             and any(isinstance(s, str) and value.startswith(f"{s} ") for s in seen))
 
 
 def differences(fitted: dict[str, Any] | None, here: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -85,7 +96,7 @@ def differences(fitted: dict[str, Any] | None, here: dict[str, Any] | None) -> l
     out = []
     for key, word in _WORDS.items():
         seen = fitted.get(key)  # a key the file lacks (fitted before it was recorded) never warns
-        if seen and here.get(key) is not None and here[key] not in seen:
+        if seen and here.get(key) is not None and not _seen(key, seen, here[key]):
             out.append((key, f"{word} {here[key]} not in the fit ({', '.join(map(str, seen))})"))
     if any(key == "shape" for key, _ in out):
         new = _unseen_factors(fitted, here)

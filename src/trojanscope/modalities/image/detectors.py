@@ -41,7 +41,22 @@ class ImageDetectors:
         return before_after(inputs, explanation, path)
 
     def domain_shape(self, info: dict[str, Any]) -> str:
-        return f"{info['architecture']} input {info['input_size']}"
+        """``ConvNet input 64 width 12 stages 3``: the architecture, input side, and the width and number of stages a
+        scalable CNN was built with (a fixed torchvision network records none: ``ResNet50 input 224``)."""
+        shape = f"{info['architecture']} input {info['input_size']}"
+        width, stages = info.get("hidden_size") or 0, info.get("n_layers") or 0
+        return f"{shape} width {width} stages {stages}" if width and stages else shape
+
+    def domain_factors(self, shape: str) -> list[str]:
+        """A shape signature of :meth:`domain_shape` as its factors, each with its architecture: ``ConvNet input
+        64``, ``ConvNet width 12``, ``ConvNet stages 3`` ([] for a string of another form)."""
+        tokens = shape.split()
+        scalable = len(tokens) == 7 and tokens[3:6:2] == ["width", "stages"]
+        if len(tokens) not in (3, 7) or tokens[1] != "input" or (len(tokens) == 7 and not scalable):
+            return []
+        arch = tokens[0]
+        return [f"{arch} input {tokens[2]}"] + ([f"{arch} width {tokens[4]}", f"{arch} stages {tokens[6]}"]
+                                               if scalable else [])
 
     def domain_input(self, inputs: ModelInputs) -> str | None:
         return None  # the input side is part of the shape signature
