@@ -339,3 +339,27 @@ def test_shipped_image_files_tell_a_new_width_from_a_new_combination():
         assert differences(fitted, {**here, "shape": "ResNetTiny input 64 width 16 stages 3"}) == [], name
         diffs = dict(differences(fitted, {**here, "shape": "ResNetTiny input 64 width 24 stages 2"}))
         assert diffs["factors"] == "head factors ResNetTiny width 24, ResNetTiny stages 2 in no shape of the fit", name
+
+
+
+def test_image_detectors_measured_worse_than_half_on_new_widths_answer_half_there(tiny_image_zoo, tmp_path):
+    # zero-shot on round1-foreign (84 models, each with a width and depth no round1-cpu model had), stop 89's rule:
+    # image-probe 0.885 and image-litmus 0.721 scored worse than 0.5 and abstain there; the others only warn
+    from trojanscope.detectors.domain import abstains
+    from trojanscope.detectors.learned import inputs_for_model_dir
+
+    here = {"modality": "image", "n_classes": 5, "architecture": "ConvNet", "input": None}
+    new, seen = ({**here, "shape": f"ConvNet input 64 {s}"} for s in ("width 24 stages 2", "width 16 stages 3"))
+    for name in ("image-default", "image-squares", "image-probe", "image-foreign", "image-litmus"):
+        det = load_detector(name)
+        fitted, keys = det.trained_on_["domain"], det.abstain_keys()
+        assert abstains(fitted, new, keys) is (name in ("image-probe", "image-litmus")), name
+        assert not abstains(fitted, seen, keys), name
+    model = tmp_path / "wide"  # a 5-class ConvNet 24 wide with 2 stages: answered before any feature runs
+    shutil.copytree(list_model_dirs(tiny_image_zoo)[0], model)
+    spec = HeadSpec("ConvNet", input_size=64, output_size=5, hidden_size=24, n_layers=2)
+    save_head(spec.build(), spec, model / "model.pt")
+    answer = load_detector("image-probe").score(inputs_for_model_dir(model))
+    assert answer.probability == 0.5 and answer.features == {}
+    line = "head factors ConvNet width 24, ConvNet stages 2 in no shape of the fit"
+    assert any(line in w for w in answer.warnings), answer.warnings

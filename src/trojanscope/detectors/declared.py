@@ -125,7 +125,7 @@ def spec_from_entry(name: str, entry: Any, where: str, modality_of: dict[str, st
         raise ConfigError(f"{where}: families mix modalities {sorted(modalities)}; use families of one modality")
     fallback = entry.get("fallback", {})
     if not isinstance(fallback, dict) or not all(isinstance(v, str) for v in fallback.values()):
-        raise ConfigError(f'{where}: fallback must map a modality to a detector, e.g. {{ image = "image-default" }}')
+        raise ConfigError(f'{where}: fallback must map a modality to a detector, e.g. {{ image = "image-squares" }}')
     estimator = entry.get("estimator", META_DETECTOR)
     if not isinstance(estimator, str) or ":" not in estimator:
         raise ConfigError(f'{where}: estimator must be a "module:Class" string, got {estimator!r}')

@@ -307,7 +307,7 @@ class MetaDetector(Detector):
 
     def score(self, inputs: ModelInputs) -> Detection:
         """P(trojaned) for one model; a model of a ``fallback`` modality goes to that detector's shipped
-        parameters (so ``default`` scores image models with ``image-default``)."""
+        parameters (so ``default`` scores image models with ``image-squares``)."""
         if self.fallback:
             from trojanscope.detectors.modalities import detector_modality
 

@@ -196,9 +196,9 @@ class ImageLitmusDetector(MetaDetector):
     def __init__(self, *, families: Sequence[str] = ("litmus",), name: str = "image-litmus",
                  fallback: dict[str, str] | None = None, family_params: dict[str, dict] | None = None,
                  workers: int = 1, seed: int = 0, executor: str = "local", config: LitmusConfig | None = None,
-                 folds: int = 5) -> None:
+                 folds: int = 5, abstain_on: Sequence[str] | None = None) -> None:
         super().__init__(families=families, name=name, fallback=fallback, family_params=family_params,
-                         workers=workers, seed=seed, executor=executor)
+                         workers=workers, seed=seed, executor=executor, abstain_on=abstain_on)
         self.config = config
         self.folds = folds
 
