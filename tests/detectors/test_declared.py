@@ -51,6 +51,9 @@ def test_unregistering_the_toy_family_leaves_nothing_behind(toy_family):
 def test_shipped_combinations_are_declared_in_the_toml():
     assert DETECTORS.get("default").families == ("weight-ratios", "spectrum", "inversion", "probes", "scan")
     assert DETECTORS.get("default").fallback == DETECTORS.get("auto").fallback == {"image": "image-squares"}
+    from trojanscope.modalities.image.detectors import IMAGE
+
+    assert IMAGE.default_detector == DETECTORS.get("default").fallback["image"]  # the hint names the same detector
     assert DETECTORS.get("image-default").modality == "image"
     assert DETECTORS.get("image-default").shipped == "image-default.json"
 

@@ -31,6 +31,11 @@ FAMILIES = {
                 "Image CNNs: answers to litmus queries learned on a train split (fit them with image-litmus)."),
 }
 
+# image-probe and image-litmus answer 0.5 on a CNN width or depth no fit model had: zero-shot on round1-foreign
+# (84 models, every one such) they scored CE 0.885 and 0.721, worse than the constant answer (rule of stop 89,
+# research/detector-history.md); the other image detectors scored under ln 2 there and only warn
+_OFF_SHAPE = ["modality", "n_classes", "input", "factors"]
+
 # detectors of this modality beyond the single-family ones, declared as in detectors/detectors.toml plus the
 # estimator class they build
 DETECTOR_DECLARATIONS = {
@@ -38,12 +43,9 @@ DETECTOR_DECLARATIONS = {
         "families": ["sign-squares"], "params": "image-squares.json",
         "description": "Image CNNs: calibrated sign-squares (colour excess of one-colour squares on the sign's middle)",
     },
-    # image-probe and image-litmus answer 0.5 on a CNN width or depth no fit model had: zero-shot on round1-foreign
-    # (84 models, every one such) they scored CE 0.885 and 0.721, worse than the constant answer (rule of stop 89,
-    # research/detector-history.md); the other image detectors scored under ln 2 there and only warn
     "image-probe": {
         "families": ["square-probe"], "references": ["global", "architecture", "per-architecture"],
-        "params": "image-probe.json", "abstain_on": ["modality", "n_classes", "input", "factors"],
+        "params": "image-probe.json", "abstain_on": _OFF_SHAPE,
         "description": "Image CNNs: calibrated square-probe, read against each architecture's training models where "
                        "cross-validation prefers it (ships a round1-cpu fit)",
     },
@@ -54,8 +56,7 @@ DETECTOR_DECLARATIONS = {
                        "against each architecture's training models (ships a round1-cpu fit)",
     },
     "image-litmus": {
-        "families": ["litmus"], "params": "image-litmus.json",
-        "abstain_on": ["modality", "n_classes", "input", "factors"],
+        "families": ["litmus"], "params": "image-litmus.json", "abstain_on": _OFF_SHAPE,
         "estimator": "trojanscope.modalities.image.litmus:ImageLitmusDetector",
         "description": "Image CNNs: litmus queries learned on the train split, calibrated on out-of-fold scores.",
     },

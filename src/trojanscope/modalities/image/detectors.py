@@ -51,12 +51,9 @@ class ImageDetectors:
         """A shape signature of :meth:`domain_shape` as its factors, each with its architecture: ``ConvNet input
         64``, ``ConvNet width 12``, ``ConvNet stages 3`` ([] for a string of another form)."""
         tokens = shape.split()
-        scalable = len(tokens) == 7 and tokens[3:6:2] == ["width", "stages"]
-        if len(tokens) not in (3, 7) or tokens[1] != "input" or (len(tokens) == 7 and not scalable):
+        if tokens[1::2] not in (["input"], ["input", "width", "stages"]) or len(tokens) % 2 == 0:
             return []
-        arch = tokens[0]
-        return [f"{arch} input {tokens[2]}"] + ([f"{arch} width {tokens[4]}", f"{arch} stages {tokens[6]}"]
-                                               if scalable else [])
+        return [f"{tokens[0]} {key} {value}" for key, value in zip(tokens[1::2], tokens[2::2], strict=True)]
 
     def domain_input(self, inputs: ModelInputs) -> str | None:
         return None  # the input side is part of the shape signature
