@@ -31,14 +31,15 @@ _EXPLAIN_HELP = (
     "class it flips to the target.\n\n"
     "Text models: candidates are the scan family's generic words, phrases and punctuation, ranked by how the head "
     "answers their mean shift of the encoder's summary vector; the best are inserted into the real example texts "
-    "(as their own unit before a sentence, at every position). Image models: a mask and pattern are optimised per "
-    "(source, target) class pair (Neural Cleanse), smallest patch first; --picture draws it. A clean model may "
+    "(as their own unit before a sentence, at every position). Image models: the (source, target) pair named is the "
+    "one whose best one-colour square, stamped on the middle of each example's sign, raises the target's "
+    "probability most beyond the other colours; that square is reported first, then Neural Cleanse masks and "
+    "patterns per class pair, smallest first; --picture draws it. A clean model may "
     "have a natural trigger; the strongest one is reported either way and the verdict says which the probability "
     "favours.\n\n"
     "Examples:\n\n"
     "  trojanscope explain --model_filepath M/model.pt --examples_dirpath M/clean_example_data --json\n\n"
-    "  trojanscope explain --model_filepath M/model.pt --examples_dirpath M/clean_example_data --detector "
-    "image-default --picture patch.png"
+    "  trojanscope explain --model_filepath M/model.pt --examples_dirpath M/clean_example_data --picture patch.png"
 )
 
 
