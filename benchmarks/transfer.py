@@ -87,6 +87,7 @@ def _detector(name: str, families: tuple[str, ...]):
 
 
 def main(argv: list[str] | None = None) -> None:
+    import json
     import tomllib
 
     import numpy as np
@@ -116,6 +117,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shift", action="store_true",
                     help="under each held-out line, the 5 features whose clean-model median sits furthest from the "
                          "training clean models (z, in their standard deviations) and the held-out label effect")
+    ap.add_argument("--zoo-folds", action="store_true",
+                    help="one generator's zoos: fit on every zoo, train and test (the saved union fit), and score "
+                         "each zoo by the same fit on the others (leave one zoo out; pooled over all of them)")
     ap.add_argument("--features-only", action="store_true",
                     help="compute and cache every zoo's features, print no scores (e.g. while more zoos build)")
     args = ap.parse_args(argv)
@@ -174,11 +178,32 @@ def main(argv: list[str] | None = None) -> None:
         return (f"  {tag:<28} n={len(ys):>3}  CE {s['cross_entropy']:.3f} ± {s['cross_entropy_ci95']:.3f}  "
                 f"ROC-AUC {s['roc_auc']:.3f}  Brier {s['brier']:.3f}")
 
+    if args.zoo_folds:
+        data = [(g, "train", *rest) for g, _, *rest in data]  # every zoo is fitted on, and held out in turn
+
     for name in chosen:
         fams = variants[name]
         # the registered declaration for "default", so its union fit is the file that ships
         make = DETECTORS.get(name) if name in declared else (lambda name=name, fams=fams: _detector(name, fams))
         print(f"\n== {name}: {', '.join(fams)}")
+        if args.zoo_folds:
+            p_all, y_all, answers = [], [], {}
+            for held, (_, _, path, te_rows, te_y, _, te_d) in enumerate(data):
+                tr_rows, tr_y, tr_g, tr_d = [], [], [], []
+                for i, (g, _, _, r, y, _, d) in enumerate(data):
+                    if i != held:
+                        tr_rows, tr_y, tr_g, tr_d = tr_rows + r, tr_y + y, tr_g + [g] * len(y), tr_d + d
+                det = fit(make, tr_rows, tr_y, tr_g, tr_d)
+                answers[str(path)] = det.score_features(te_rows, domains=te_d).tolist()
+                p_all += answers[str(path)]
+                y_all += te_y
+                print(line(f"{Path(path).stem} (fit on {len(tr_y)})", det, te_rows, te_y, te_d))
+            s = score_all(np.asarray(y_all), np.asarray(p_all))
+            print(f"  {'leave one zoo out, pooled':<28} n={len(y_all):>3}  CE {s['cross_entropy']:.3f} ± "
+                  f"{s['cross_entropy_ci95']:.3f}  ROC-AUC {s['roc_auc']:.3f}  Brier {s['brier']:.3f}")
+            folds = args.out / f"{name}-zoo-folds.json"  # each zoo's released models, in order: P from the others' fit
+            folds.write_text(json.dumps(answers, indent=1))
+            print(f"  saved {folds}")
         scored = "test zoos" if args.held_out == "test" else "zoos, train and test"
         print(f" leave one group out (fit on the other groups' train zoos, score the held-out group's {scored}):")
         for held in groups:
@@ -219,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
                 provenance = {"rows": [str(p) for p, _ in train],
                               "preset": " + ".join(sorted({g for g, role, *_ in data if role == "train"})),
                               "command": f"python benchmarks/transfer.py --out {args.out} --variants {name} "
-                                         f"--calibration {args.calibration} --rows "
+                                         f"--calibration {args.calibration}{' --zoo-folds' * args.zoo_folds} --rows "
                                          + " ".join(str(p) for p, _ in train)}
             det.save(out, n_models=len(tr_y), written_by="benchmarks/transfer.py", **provenance)
             print(f"  saved {out}")

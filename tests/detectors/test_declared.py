@@ -50,7 +50,7 @@ def test_unregistering_the_toy_family_leaves_nothing_behind(toy_family):
 
 def test_shipped_combinations_are_declared_in_the_toml():
     assert DETECTORS.get("default").families == ("weight-ratios", "spectrum", "inversion", "probes", "scan")
-    assert DETECTORS.get("default").fallback == DETECTORS.get("auto").fallback == {"image": "image-squares"}
+    assert DETECTORS.get("default").fallback == DETECTORS.get("auto").fallback == {"image": "image-contrast"}
     from trojanscope.modalities.image.detectors import IMAGE
 
     assert IMAGE.default_detector == DETECTORS.get("default").fallback["image"]  # the hint names the same detector
@@ -70,7 +70,8 @@ def test_a_modality_declares_its_own_detector_with_its_estimator_class():
 
 
 def test_the_shipped_parameter_files_load_into_their_declared_detectors():
-    for name in ("default", "image-default", "image-squares", "image-probe", "image-foreign", "image-litmus"):
+    for name in ("default", "image-default", "image-squares", "image-probe", "image-foreign", "image-contrast",
+                 "image-litmus"):
         det = DETECTORS.get(name).default()
         assert det.name == name and det.families == DETECTORS.get(name).families
         assert det.family_params == det.family_params_ and det.classifier_.n_train == det.trained_on_["n_models"]
@@ -88,11 +89,37 @@ def test_the_shipped_parameter_files_load_into_their_declared_detectors():
     ('[detectors.x]\nfamilies = ["weights"]\nanchor = { families = ["weights"], cap = 0 }', "anchor must be"),
     ('[detectors.x]\nfamilies = ["weights"]\nanchor = { families = ["weights"] }', "anchor must be"),
     ('[detectors.x]\nfamilies = ["weights"]\nanchor = ["weights"]', "anchor must be"),
+    ('[detectors.x]\nfamilies = ["weights"]\nfeatures = ["scan.flip"]', "not in its families"),
+    ('[detectors.x]\nfamilies = ["weights"]\nfeatures = ["norm"]', "family.feature"),
+    ('[detectors.x]\nfamilies = ["weights"]\nfeatures = []', "family.feature"),
 ])
 def test_bad_detector_declarations_fail_with_one_line(toml, match):
     with pytest.raises(ConfigError, match=match) as err:
         parse_specs(toml, "my.toml", FAMILY_MODALITY)
     assert "\n" not in str(err.value) and str(err.value).startswith("my.toml")
+
+
+def test_declared_features_are_the_only_columns_the_classifier_reads(toy_family, tmp_path):
+    from trojanscope.detectors.declared import DetectorSpec
+    from trojanscope.detectors.learned import MetaDetector
+
+    spec = DetectorSpec(name="toy-one", families=("toy-norm",), modality="text", description="",
+                        features=("toy-norm.gap",))
+    rng = np.random.default_rng(0)
+    y = [0] * 20 + [1] * 20
+    rows = [{"toy-norm.gap": float(v + rng.normal()), "toy-norm.level": float(rng.normal())} for v in y]
+    det = spec().fit_features(rows, y)
+    assert det.classifier_.feature_names == ["toy-norm.gap"]
+    det.save(tmp_path / "one.json")
+    assert spec.load(tmp_path / "one.json").classifier_.feature_names == ["toy-norm.gap"]
+    both = MetaDetector(families=("toy-norm",), name="toy-one").fit_features(rows, y)  # undeclared: all columns
+    assert both.classifier_.feature_names == ["toy-norm.gap", "toy-norm.level"]
+    both.save(tmp_path / "both.json")
+    with pytest.raises(ConfigError, match="does not declare"):  # a file reading other columns is refused
+        spec.load(tmp_path / "both.json")
+    with pytest.raises(ConfigError, match=r"declared features \['toy-norm.gone'\]"):
+        DetectorSpec(name="toy-gone", families=("toy-norm",), modality="text", description="",
+                     features=("toy-norm.gone",))().fit_features(rows, y)
 
 
 @pytest.mark.slow

@@ -111,13 +111,13 @@ def test_default_detector_routes_image_models_and_text_detectors_refuse_them(tin
     assert DETECTORS.get("image-default").default().trained_on_["n_models"] >= 20  # the shipped parameters load
     inputs = inputs_for_model_dir(list_model_dirs(tiny_image_zoo)[0])
     default = load_detector("default")
-    d = default.score(inputs)  # routed to image-squares by the reduced config
-    assert list(default.fallbacks_) == ["image-squares"]
-    # read against image-squares' fit (5 classes; the text fit has 3-class heads): a 3-class net is outside it, so
+    d = default.score(inputs)  # routed to image-contrast by the reduced config
+    assert list(default.fallbacks_) == ["image-contrast"]
+    # read against image-contrast's fit (5 classes; the text fit has 3-class heads): a 3-class net is outside it, so
     # the answer is 0.5 before any feature is computed
     assert d.probability == 0.5 and d.features == {}
     assert any("classes 3 not in the fit (5)" in w for w in d.warnings), d.warnings
     assert set(load_detector("image-default").used_families) == {"image-weights", "blob-scan", "stimulation",
                                                                  "blob-ring", "norm-stats"}
-    with pytest.raises(ConfigError, match="use --detector image-squares"):
+    with pytest.raises(ConfigError, match="use --detector image-contrast"):
         DETECTORS.get("weights")().fit([inputs, inputs], [0, 1])

@@ -102,3 +102,43 @@ def test_a_registered_image_detector_refits_from_image_rows(tmp_path, capsys):
         det.trained_on_["command"] and str(files[1]) not in det.trained_on_["command"]  # the fit read train rows
     with pytest.raises(SystemExit):  # a detector that learns from zoos is not a rows variant
         transfer.main(["--out", str(out), "--variants", "image-litmus", "--rows", str(files[0])])
+
+
+def test_zoo_folds_fit_on_every_zoo_and_hold_each_out_in_turn(tmp_path, capsys):
+    """`--zoo-folds` (one generator's zoos): the saved fit reads every zoo, train and test, and each zoo is scored by
+    the same recipe fitted on the others, pooled; image-contrast's declared features are the only columns read."""
+    import json
+
+    import rows
+    import transfer
+    from trojanscope.detectors import DETECTORS
+
+    rng = np.random.default_rng(3)
+    fams = {"square-probe": ["square-probe.score_gap", "square-probe.rate_excess_max_6", "square-probe.score_max"],
+            "square-foreign": ["square-foreign.foreign_gap"]}
+    files = []
+    for k, role in enumerate(("train", "test", "test")):
+        models = []
+        for i in range(16):
+            domain = {"modality": "image", "n_classes": 5, "architecture": "ConvNet",
+                      "shape": "ConvNet input 64 width 12 stages 3", "input": None}
+            y = i % 2
+            models.append({"model": f"id-{k}{i:07d}", "label": y, "released": True, "seconds": 1.0, "metadata": {},
+                           "domain": domain,
+                           "features": {"square-probe": [y + float(rng.normal()), float(rng.normal()), 9.0],
+                                        "square-foreign": [y + float(rng.normal())]}})
+        doc = {"format": rows.ROWS_FORMAT, "group": "round1-cpu", "role": role, "zoo": f"z{k}", "preset": "round1-cpu",
+               "preset_version": 2, "command": "trojanscope zoo make ...",
+               "families": {f: {"digest": rows._family_digest(f), "names": n} for f, n in fams.items()},
+               "models": models}
+        files.append(tmp_path / f"z{k}.json")
+        files[-1].write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    transfer.main(["--out", str(out), "--variants", "image-contrast", "--zoo-folds", "--rows", *map(str, files)])
+    printed = capsys.readouterr().out
+    assert printed.count("(fit on 32)") == 3 and "leave one zoo out, pooled    n= 48" in printed
+    folds = json.loads((out / "image-contrast-zoo-folds.json").read_text())
+    assert list(folds) == [str(f) for f in files] and all(len(v) == 16 for v in folds.values())
+    det = DETECTORS.get("image-contrast").load(out / "image-contrast-union.json")
+    assert det.trained_on_["n_models"] == 48 and "--zoo-folds" in det.trained_on_["command"]
+    assert sorted(det.classifier_.feature_names) == sorted(DETECTORS.get("image-contrast").features)

@@ -19,7 +19,8 @@ from trojanscope.detectors.base import DETECTORS
 from trojanscope.errors import ConfigError
 
 DETECTOR_SPECS: dict[str, DetectorSpec] = {}
-SPEC_KEYS = {"families", "description", "params", "fallback", "candidates", "references", "abstain_on", "anchor"}
+SPEC_KEYS = {"families", "description", "params", "fallback", "candidates", "references", "abstain_on", "anchor",
+             "features"}
 # A modality's declarations are Python, not a data file, so they may also name the estimator class.
 MODALITY_SPEC_KEYS = SPEC_KEYS | {"estimator"}
 META_DETECTOR = "trojanscope.detectors.learned:MetaDetector"
@@ -42,6 +43,8 @@ class DetectorSpec:
     abstain_on: tuple[str, ...] | None = None  # domain differences answered 0.5 (None: domain.ABSTAIN_ON)
     # (families, cap): the answer is held within cap nats of log-odds of a classifier of these families alone
     anchor: tuple[tuple[str, ...], float] | None = None
+    # the "family.feature" columns the classifier reads (None: every feature of its families)
+    features: tuple[str, ...] | None = None
 
     @property
     def needs(self) -> frozenset[str]:
@@ -54,7 +57,7 @@ class DetectorSpec:
 
     def declared_params(self) -> dict[str, Any]:
         """The estimator parameters this declaration fixes: ``name``, ``families``, ``fallback`` (and
-        ``candidates``, ``references``, ``abstain_on`` and ``anchor`` where it declares them)."""
+        ``candidates``, ``references``, ``abstain_on``, ``anchor`` and ``features`` where it declares them)."""
         fixed: dict[str, Any] = {"name": self.name, "families": self.families, "fallback": dict(self.fallback)}
         if self.candidates is not None:
             fixed["candidates"] = self.candidates
@@ -64,6 +67,8 @@ class DetectorSpec:
             fixed["abstain_on"] = self.abstain_on
         if self.anchor is not None:
             fixed["anchor"] = {"families": self.anchor[0], "cap": self.anchor[1]}
+        if self.features is not None:
+            fixed["features"] = self.features
         return fixed
 
     def __call__(self, **params: Any) -> Any:
@@ -157,10 +162,25 @@ def spec_from_entry(name: str, entry: Any, where: str, modality_of: dict[str, st
                               f"{', '.join(map(repr, KEYS))} holding at least {', '.join(map(repr, ABSTAIN_ON))}")
         abstain_on = tuple(abstain_on)
     anchor = _anchor_entry(entry.get("anchor"), families, where)
+    features = _features_entry(entry.get("features"), families, where)
     return DetectorSpec(name=name, families=tuple(families), modality=modalities.pop(),
                         description=str(entry.get("description", "")), shipped=entry.get("params"),
                         fallback=dict(fallback), estimator=estimator, candidates=candidates, references=references,
-                        abstain_on=abstain_on, anchor=anchor)
+                        abstain_on=abstain_on, anchor=anchor, features=features)
+
+
+def _features_entry(features: Any, families: list[str], where: str) -> tuple[str, ...] | None:
+    """A declaration's ``features = ["family.feature", ...]``, checked (None where it has none)."""
+    if features is None:
+        return None
+    if (not isinstance(features, list) or not features or len(set(features)) != len(features)
+            or not all(isinstance(f, str) and "." in f for f in features)):
+        raise ConfigError(f'{where}: features must be a non-empty list of distinct "family.feature" names, e.g. '
+                          '["square-probe.score_gap"]')
+    outside = sorted({f.split(".", 1)[0] for f in features} - set(families))
+    if outside:
+        raise ConfigError(f"{where}: features name families {outside} that are not in its families; add them")
+    return tuple(features)
 
 
 def _anchor_entry(anchor: Any, families: list[str], where: str) -> tuple[tuple[str, ...], float] | None:

@@ -158,7 +158,7 @@ class MetaDetector(Detector):
                  family_params: dict[str, dict] | None = None, workers: int = 1, seed: int = 0,
                  executor: str = "local", candidates: Sequence[Sequence[str]] | None = None,
                  references: Sequence[str] | None = None, abstain_on: Sequence[str] | None = None,
-                 anchor: dict[str, Any] | None = None) -> None:
+                 anchor: dict[str, Any] | None = None, features: Sequence[str] | None = None) -> None:
         self.families = families
         # family subsets the fit chooses from by cross-validated CE (None: all the families, no choice)
         self.candidates = candidates
@@ -178,6 +178,8 @@ class MetaDetector(Detector):
         # {"families": [...], "cap": nats}: a classifier of those families alone, fitted beside the main one, and
         # the answer held within cap nats of log-odds of its answer (docs/detectors.md, The behavioural anchor)
         self.anchor = anchor
+        # the "family.feature" columns the classifier reads (None: every feature its families compute)
+        self.features = features
 
     @property
     def needs(self) -> frozenset[str]:  # type: ignore[override]
@@ -243,7 +245,13 @@ class MetaDetector(Detector):
                        f"{' and '.join(dict.fromkeys(REFERENCE_WORDS[r] + 's' for r in missing))} (fit on a zoo)")
         for subset in [tuple(c) for c in self.candidates] if self.candidates else [tuple(self.families)]:
             prefixes = tuple(f"{f}." for f in subset)
-            f, names = matrix([{k: v for k, v in r.items() if k.startswith(prefixes)} for r in rows])
+            f, names = matrix([{k: v for k, v in r.items() if k.startswith(prefixes) and self._reads(k)}
+                               for r in rows])
+            if self.features:
+                absent = sorted(n for n in self.features if n.startswith(prefixes) and n not in names)
+                if absent:
+                    raise ConfigError(f"detector {self.name!r}: declared features {absent} are not among the "
+                                      "computed ones; check the names against the families' features")
             if not names:
                 raise ConfigError(f"detector {self.name!r}: no features of {', '.join(subset)} computed; is the "
                                   "training zoo empty?")
@@ -277,6 +285,10 @@ class MetaDetector(Detector):
             self.fit_anchor(rows, labels, groups=groups)
         return self
 
+    def _reads(self, name: str) -> bool:
+        """Whether the main classifier reads feature ``name`` (all of its families' unless ``features`` says)."""
+        return self.features is None or name in self.features
+
     def fit_anchor(self, rows: Sequence[dict[str, float]], labels: Sequence[int], *,
                    groups: Sequence[str] | None = None) -> MetaDetector:
         """Fit the declared anchor (a meta-classifier of the anchor's families alone, read globally, with the
@@ -307,7 +319,7 @@ class MetaDetector(Detector):
 
     def score(self, inputs: ModelInputs) -> Detection:
         """P(trojaned) for one model; a model of a ``fallback`` modality goes to that detector's shipped
-        parameters (so ``default`` scores image models with ``image-squares``)."""
+        parameters (so ``default`` scores image models with ``image-contrast``)."""
         if self.fallback:
             from trojanscope.detectors.modalities import detector_modality
 
@@ -445,6 +457,9 @@ class MetaDetector(Detector):
         det = cls(**{**params, "family_params": fparams})
         _families(det.families, fparams)  # validates names and keywords now, not at scoring time
         det.classifier_ = classifier_from_dict(d.get("classifier") or {})
+        if det.features is not None and set(det.classifier_.feature_names) - set(det.features):
+            raise ConfigError(f"{where}: the classifier reads features the detector does not declare "
+                              f"({sorted(set(det.classifier_.feature_names) - set(det.features))[:3]}); refit it")
         selected = d.get("selected", families)
         if (not isinstance(selected, list) or not selected or not all(isinstance(f, str) for f in selected)
                 or set(selected) - set(families)):

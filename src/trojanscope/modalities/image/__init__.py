@@ -55,6 +55,13 @@ DETECTOR_DECLARATIONS = {
         "description": "Image CNNs: square-probe plus the squares' colours foreign to each target's own signs, read "
                        "against each architecture's training models (ships a round1-cpu fit)",
     },
+    "image-contrast": {
+        "families": ["square-probe", "square-foreign"],
+        "features": ["square-probe.score_gap", "square-foreign.foreign_gap", "square-probe.rate_excess_max_6"],
+        "params": "image-contrast.json",
+        "description": "Image CNNs: three within-model contrasts of the squares (best against the model's own other "
+                       "answers), whose clean level holds across generators (ships a round1-cpu fit)",
+    },
     "image-litmus": {
         "families": ["litmus"], "params": "image-litmus.json", "abstain_on": _OFF_SHAPE,
         "estimator": "trojanscope.modalities.image.litmus:ImageLitmusDetector",

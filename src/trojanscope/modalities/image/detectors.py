@@ -11,7 +11,7 @@ from trojanscope.detectors.base import ModelInputs
 
 class ImageDetectors:
     name = "image"
-    default_detector = "image-squares"  # default's image fallback (stop 89: the lowest worst line, own and foreign)
+    default_detector = "image-contrast"  # default's image fallback (stop 90: the lowest worse line, own and foreign)
 
     def build_context(self, inputs: ModelInputs, cache: Any = None) -> Any:
         from trojanscope.modalities.image.context import build_image_context
