@@ -173,10 +173,13 @@ def main(argv: list[str] | None = None) -> None:
     def fit(make, rows, ys, gs, ds):
         return make().fit_features(rows, ys, groups=gs if args.calibration == "groups" else None, domains=ds)
 
-    def line(tag, det, rows, ys, ds):
-        s = score_all(np.asarray(ys), det.score_features(rows, domains=ds))
+    def score_line(tag, ys, p):
+        s = score_all(np.asarray(ys), np.asarray(p))
         return (f"  {tag:<28} n={len(ys):>3}  CE {s['cross_entropy']:.3f} ± {s['cross_entropy_ci95']:.3f}  "
                 f"ROC-AUC {s['roc_auc']:.3f}  Brier {s['brier']:.3f}")
+
+    def line(tag, det, rows, ys, ds):
+        return score_line(tag, ys, det.score_features(rows, domains=ds))
 
     if args.zoo_folds:
         data = [(g, "train", *rest) for g, _, *rest in data]  # every zoo is fitted on, and held out in turn
@@ -193,14 +196,10 @@ def main(argv: list[str] | None = None) -> None:
                 for i, (g, _, _, r, y, _, d) in enumerate(data):
                     if i != held:
                         tr_rows, tr_y, tr_g, tr_d = tr_rows + r, tr_y + y, tr_g + [g] * len(y), tr_d + d
-                det = fit(make, tr_rows, tr_y, tr_g, tr_d)
-                answers[str(path)] = det.score_features(te_rows, domains=te_d).tolist()
-                p_all += answers[str(path)]
-                y_all += te_y
-                print(line(f"{Path(path).stem} (fit on {len(tr_y)})", det, te_rows, te_y, te_d))
-            s = score_all(np.asarray(y_all), np.asarray(p_all))
-            print(f"  {'leave one zoo out, pooled':<28} n={len(y_all):>3}  CE {s['cross_entropy']:.3f} ± "
-                  f"{s['cross_entropy_ci95']:.3f}  ROC-AUC {s['roc_auc']:.3f}  Brier {s['brier']:.3f}")
+                p = fit(make, tr_rows, tr_y, tr_g, tr_d).score_features(te_rows, domains=te_d).tolist()
+                answers[str(path)], p_all, y_all = p, p_all + p, y_all + te_y
+                print(score_line(f"{Path(path).stem} (fit on {len(tr_y)})", te_y, p))
+            print(score_line("leave one zoo out, pooled", y_all, p_all))
             folds = args.out / f"{name}-zoo-folds.json"  # each zoo's released models, in order: P from the others' fit
             folds.write_text(json.dumps(answers, indent=1))
             print(f"  saved {folds}")

@@ -457,9 +457,10 @@ class MetaDetector(Detector):
         det = cls(**{**params, "family_params": fparams})
         _families(det.families, fparams)  # validates names and keywords now, not at scoring time
         det.classifier_ = classifier_from_dict(d.get("classifier") or {})
-        if det.features is not None and set(det.classifier_.feature_names) - set(det.features):
+        undeclared = sorted(n for n in det.classifier_.feature_names if not det._reads(n))
+        if undeclared:
             raise ConfigError(f"{where}: the classifier reads features the detector does not declare "
-                              f"({sorted(set(det.classifier_.feature_names) - set(det.features))[:3]}); refit it")
+                              f"({undeclared[:3]}); refit it")
         selected = d.get("selected", families)
         if (not isinstance(selected, list) or not selected or not all(isinstance(f, str) for f in selected)
                 or set(selected) - set(families)):
