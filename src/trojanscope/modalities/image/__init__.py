@@ -60,7 +60,7 @@ DETECTOR_DECLARATIONS = {
         "features": ["square-probe.score_gap", "square-foreign.foreign_gap", "square-probe.rate_excess_max_6"],
         "params": "image-contrast.json",
         "description": "Image CNNs: three within-model contrasts of the squares (best against the model's own other "
-                       "answers), whose clean level holds across generators (ships a round1-cpu fit)",
+                       "answers), read globally (ships a round1-cpu fit)",
     },
     "image-litmus": {
         "families": ["litmus"], "params": "image-litmus.json", "abstain_on": _OFF_SHAPE,
