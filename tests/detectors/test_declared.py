@@ -71,7 +71,7 @@ def test_a_modality_declares_its_own_detector_with_its_estimator_class():
 
 def test_the_shipped_parameter_files_load_into_their_declared_detectors():
     for name in ("default", "image-default", "image-squares", "image-probe", "image-foreign", "image-contrast",
-                 "image-oneway", "image-litmus"):
+                 "image-litmus"):
         det = DETECTORS.get(name).default()
         assert det.name == name and det.families == DETECTORS.get(name).families
         assert det.family_params == det.family_params_ and det.classifier_.n_train == det.trained_on_["n_models"]

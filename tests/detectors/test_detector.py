@@ -27,9 +27,9 @@ def test_registry_lists_learned_detectors():
     # each shipped file says whether it carries the feature-novelty bound (docs/detectors.md)
     lines = out.output.splitlines()
     starts = [i for i, line in enumerate(lines) if "shipped parameters fitted on" in line]
-    assert len(starts) == 8
-    shipped = ("default", "image-contrast", "image-default", "image-foreign", "image-litmus", "image-oneway",
-               "image-probe", "image-squares")  # as listed
+    assert len(starts) == 7
+    shipped = ("default", "image-contrast", "image-default", "image-foreign", "image-litmus", "image-probe",
+               "image-squares")  # as listed
     bounded = [load_detector(n).classifier_.novelty_max is not None for n in shipped]
     for start, has in zip(starts, bounded, strict=True):
         end = next(i for i in range(start + 1, len(lines)) if lines[i][:1].strip())  # the next detector's line

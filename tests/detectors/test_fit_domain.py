@@ -334,8 +334,7 @@ def test_a_file_fitted_before_image_widths_were_recorded_does_not_warn_on_them()
 def test_shipped_image_files_tell_a_new_width_from_a_new_combination():
     from trojanscope.detectors.domain import differences
 
-    for name in ("image-default", "image-squares", "image-probe", "image-foreign", "image-contrast", "image-oneway",
-                 "image-litmus"):
+    for name in ("image-default", "image-squares", "image-probe", "image-foreign", "image-contrast", "image-litmus"):
         fitted = load_detector(name).trained_on_["domain"]
         here = {"modality": "image", "n_classes": 5, "architecture": "ResNetTiny"}
         assert differences(fitted, {**here, "shape": "ResNetTiny input 64 width 16 stages 3"}) == [], name
@@ -352,8 +351,7 @@ def test_image_detectors_measured_worse_than_half_on_new_widths_answer_half_ther
 
     here = {"modality": "image", "n_classes": 5, "architecture": "ConvNet", "input": None}
     new, seen = ({**here, "shape": f"ConvNet input 64 {s}"} for s in ("width 24 stages 2", "width 16 stages 3"))
-    for name in ("image-default", "image-squares", "image-probe", "image-foreign", "image-contrast", "image-oneway",
-                 "image-litmus"):
+    for name in ("image-default", "image-squares", "image-probe", "image-foreign", "image-contrast", "image-litmus"):
         det = load_detector(name)
         fitted, keys = det.trained_on_["domain"], det.abstain_keys()
         assert abstains(fitted, new, keys) is (name in ("image-probe", "image-litmus")), name

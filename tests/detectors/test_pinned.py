@@ -51,7 +51,6 @@ PINNED: dict[str, dict[str, list[float]]] = {
               "square-foreign": [0.5, 0.5, 0.5, 0.5],
               "image-foreign": [0.5, 0.5, 0.5, 0.5],  # its one reading (architecture) needs domains: global here
               "image-contrast": [0.5, 0.5, 0.5, 0.5],
-              "image-oneway": [0.5, 0.5, 0.5, 0.5],
               "litmus": [0.12876629750012455, 0.7661133918212584, 0.2329433719128436, 0.7869059987174148],
               "image-litmus": [0.12876629750012455, 0.7661133918212584, 0.2329433719128436, 0.7869059987174148]},
 }

@@ -62,14 +62,6 @@ DETECTOR_DECLARATIONS = {
         "description": "Image CNNs: three within-model contrasts of the squares (best against the model's own other "
                        "answers), read globally (ships a round1-cpu fit)",
     },
-    "image-oneway": {
-        "families": ["square-probe", "square-foreign"],
-        "features": ["square-probe.score_gap", "square-foreign.foreign_gap", "square-probe.rate_excess_max_6",
-                     "square-probe.score_less_reverse"],
-        "params": "image-oneway.json",
-        "description": "Image CNNs: image-contrast's three within-model contrasts and the best pair's score less its "
-                       "reverse pair's (a planted polygon flips one way), read globally (ships a round1-cpu fit)",
-    },
     "image-litmus": {
         "families": ["litmus"], "params": "image-litmus.json", "abstain_on": _OFF_SHAPE,
         "estimator": "trojanscope.modalities.image.litmus:ImageLitmusDetector",
